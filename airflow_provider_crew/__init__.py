@@ -1,0 +1,53 @@
+"""Apache Airflow provider for deployed crews (teams of AI agents behind an HTTP service)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+PACKAGE_NAME = "airflow-provider-crew"
+INTEGRATION_NAME = "Crew"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point.
+
+    It must stay importable without importing Airflow: the connection form fields come from
+    :mod:`airflow_provider_crew.connection`, which has no Airflow import.
+    """
+    from airflow_provider_crew.connection import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+
+    def modules(kind: str) -> list[dict[str, Any]]:
+        return [
+            {"integration-name": INTEGRATION_NAME, "python-modules": [f"airflow_provider_crew.{kind}.crew"]}
+        ]
+
+    return {
+        "package-name": PACKAGE_NAME,
+        "name": "Crew",
+        "description": "Start, watch and steer deployed crew executions from Airflow DAGs.",
+        "integrations": [
+            {
+                "integration-name": INTEGRATION_NAME,
+                "tags": ["service"],
+            }
+        ],
+        "hooks": modules("hooks"),
+        "operators": modules("operators"),
+        "sensors": modules("sensors"),
+        "triggers": modules("triggers"),
+        "connection-types": [
+            {
+                "connection-type": CONN_TYPE,
+                "hook-class-name": "airflow_provider_crew.hooks.crew.CrewHook",
+                "hook-name": "Crew",
+                "conn-fields": CONN_FIELDS,
+                "ui-field-behaviour": {
+                    "hidden-fields": UI_FIELD_BEHAVIOUR["hidden_fields"],
+                    "relabeling": UI_FIELD_BEHAVIOUR["relabeling"],
+                    "placeholders": UI_FIELD_BEHAVIOUR["placeholders"],
+                },
+            }
+        ],
+    }

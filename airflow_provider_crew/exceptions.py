@@ -1,0 +1,84 @@
+"""Typed errors of the crew provider. Messages name the endpoint, the HTTP status and what the
+service said, never the token."""
+
+from __future__ import annotations
+
+from airflow_provider_crew._compat import AirflowException
+
+
+class CrewError(AirflowException):
+    """Base class of every error this provider raises."""
+
+
+class CrewConfigurationError(CrewError, ValueError):
+    """A connection, parameter or request body is wrong; the message names the field and the fix."""
+
+
+class CrewHTTPError(CrewError):
+    """The service answered with an error status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str,
+        status_code: int,
+        service_message: str | None = None,
+        details: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.http_status = status_code
+        self.service_message = service_message
+        self.details = details
+
+
+class CrewBadRequestError(CrewHTTPError):
+    """400: the service rejected the request's format (or, on resume, the execution is not paused)."""
+
+
+class CrewAuthenticationError(CrewHTTPError):
+    """401: the bearer token is missing, wrong or expired."""
+
+
+class CrewNotFoundError(CrewHTTPError):
+    """404: no such execution (or endpoint)."""
+
+
+class CrewValidationError(CrewHTTPError):
+    """422: required inputs are missing."""
+
+    def __init__(self, message: str, *, missing_inputs: list[str], **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.missing_inputs = missing_inputs
+
+
+class CrewRateLimitedError(CrewHTTPError):
+    """429: still rate limited after the retries allowed by the connection."""
+
+
+class CrewServerError(CrewHTTPError):
+    """5xx: the service failed."""
+
+
+class CrewTransportError(CrewError):
+    """The service could not be reached (DNS, refused connection, time-out before sending)."""
+
+
+class CrewOutcomeUnknownError(CrewError):
+    """A kickoff or resume may or may not have reached the service.
+
+    Raised instead of repeating the request, because a repeat could start a second, paid execution.
+    """
+
+
+class CrewExecutionFailedError(CrewError):
+    """The execution ended FAILED or REVOKED."""
+
+
+class CrewExecutionNotFoundError(CrewError):
+    """The execution stayed unknown (404) beyond the tolerance window after kickoff."""
+
+
+class CrewExecutionTimeoutError(CrewError):
+    """The execution did not reach the awaited state before the deadline."""

@@ -1,0 +1,107 @@
+"""Provider registration: the metadata validates against the schema Airflow ships, and the CLI sees us."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import airflow
+from airflow_provider_crew import get_provider_info
+from airflow_provider_crew.connection import CONN_FIELDS
+
+
+def airflow_schema(name: str) -> dict:
+    return json.loads((Path(airflow.__file__).parent / name).read_text())
+
+
+def test_provider_info_validates_against_airflows_schema():
+    jsonschema.validate(get_provider_info(), airflow_schema("provider_info.schema.json"))
+
+
+def test_connection_form_metadata_validates_against_the_provider_yaml_schema_where_airflow_has_it():
+    schema = airflow_schema("provider.yaml.schema.json")
+    conn_type_schema = schema["properties"]["connection-types"]
+    if "conn-fields" not in json.dumps(conn_type_schema):
+        pytest.skip(f"Airflow {airflow.__version__} does not define conn-fields (3.2+ reads them)")
+    jsonschema.validate(get_provider_info()["connection-types"], conn_type_schema)
+
+
+def test_ui_field_behaviour_validates_against_airflows_form_schema():
+    from airflow_provider_crew.hooks.crew import CrewHook
+
+    jsonschema.validate(CrewHook.get_ui_field_behaviour(), airflow_schema("customized_form_field_behaviours.schema.json"))
+
+
+def test_every_listed_module_and_class_imports():
+    info = get_provider_info()
+    for kind in ("hooks", "operators", "sensors", "triggers"):
+        for entry in info[kind]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+    for conn_type in info["connection-types"]:
+        module, _, name = conn_type["hook-class-name"].rpartition(".")
+        assert getattr(importlib.import_module(module), name).conn_type == conn_type["connection-type"]
+
+
+def test_package_name_matches_the_distribution_and_the_entry_point_is_registered():
+    points = [ep for ep in entry_points(group="apache_airflow_provider") if ep.dist.name == "airflow-provider-crew"]
+    assert [ep.value for ep in points] == ["airflow_provider_crew:get_provider_info"]
+    assert get_provider_info()["package-name"] == points[0].dist.name
+
+
+def test_conn_fields_defaults_are_the_ones_the_parser_uses():
+    from airflow_provider_crew.connection import CrewConnectionConfig
+
+    parsed = CrewConnectionConfig.from_connection_fields(conn_id="c", host="https://x.test", password="t", extra={})
+    for name, spec in CONN_FIELDS.items():
+        value = getattr(parsed, name)
+        assert getattr(value, "value", value) == spec["schema"]["default"], name
+
+
+@pytest.fixture
+def airflow_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    return env
+
+
+def airflow_cli(env, *args: str) -> str:
+    airflow_bin = Path(sys.executable).with_name("airflow")
+    done = subprocess.run([str(airflow_bin), *args], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def json_output(stdout: str) -> list:
+    """The JSON document in the CLI's output (Airflow 3.0 also logs to stdout)."""
+    start = next(i for i, line in enumerate(stdout.splitlines()) if line.startswith(("[{", "[]")))
+    return json.loads("\n".join(stdout.splitlines()[start:]))
+
+
+@pytest.mark.integration
+def test_airflow_cli_lists_the_provider_and_its_hook(airflow_env):
+    providers = airflow_cli(airflow_env, "providers", "list", "--output", "json")
+    assert "airflow-provider-crew" in {p["package_name"] for p in json_output(providers)}
+    hooks = airflow_cli(airflow_env, "providers", "hooks", "--output", "json")
+    crew = [h for h in json_output(hooks) if h.get("connection_type") == "crew"]
+    assert crew and crew[0]["class"] == "airflow_provider_crew.hooks.crew.CrewHook"
+
+
+@pytest.mark.integration
+def test_airflow_cli_adds_a_crew_connection(airflow_env):
+    airflow_cli(airflow_env, "db", "migrate")
+    airflow_cli(
+        airflow_env, "connections", "add", "my_crew", "--conn-type", "crew",
+        "--conn-host", "https://crew.example.test", "--conn-password", "s3cret-token-value",
+        "--conn-extra", json.dumps({"read_timeout": 5, "status_path_style": "deployed"}),
+    )
+    shown = json_output(airflow_cli(airflow_env, "connections", "get", "my_crew", "--output", "json"))[0]
+    assert (shown["conn_type"], shown["host"]) == ("crew", "https://crew.example.test")
