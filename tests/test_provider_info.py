@@ -10,10 +10,10 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import airflow
 import jsonschema
 import pytest
 
-import airflow
 from airflow_provider_crew import get_provider_info
 from airflow_provider_crew.connection import CONN_FIELDS
 

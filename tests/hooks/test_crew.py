@@ -154,7 +154,7 @@ def test_kickoff_rejects_bad_input_naming_the_field(hook, requests_mock, kwargs,
     ],
 )
 def test_human_input_webhook_auth_must_be_bearer_token_or_basic_user_password(hook, requests_mock, authentication):
-    with pytest.raises(CrewConfigurationError, match="humanInputWebhook|human_input_webhook") as caught:
+    with pytest.raises(CrewConfigurationError, match=r"humanInputWebhook|human_input_webhook") as caught:
         hook.kickoff({"topic": "x"}, human_input_webhook={"url": "https://h.test/h", "authentication": authentication})
     assert "hook-secret-token" not in str(caught.value)
     assert requests_mock.call_count == 0

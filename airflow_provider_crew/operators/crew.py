@@ -1,0 +1,539 @@
+"""Operators that start crew executions and send human feedback to paused ones."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_crew._compat import (
+    AIRFLOW_V_3_3_PLUS,
+    AirflowFailException,
+    BaseHook,
+    BaseOperator,
+    default_deferrable,
+)
+from airflow_provider_crew.exceptions import (
+    CrewBadRequestError,
+    CrewConfigurationError,
+    CrewError,
+    CrewExecutionFailedError,
+    CrewNotFoundError,
+    CrewOutcomeUnknownError,
+)
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.models import CrewState, HumanInputWebhook, check_webhook_url
+from airflow_provider_crew.operators._wait import (
+    XCOM_KICKOFF_ID,
+    XCOM_RESUME,
+    XCOM_WEBHOOKS,
+    CrewWaitMixin,
+    seconds,
+)
+from airflow_provider_crew.waiting import (
+    DEFAULT_MAX_POLL_INTERVAL,
+    DEFAULT_POLL_INTERVAL,
+    Outcome,
+    WaitFor,
+    WaitResult,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+DEFAULT_TIMEOUT = timedelta(hours=24)
+ON_HUMAN_INPUT_CHOICES = ("return", "fail", "wait")
+WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
+
+
+def _is_template_or_xcom(value: Any) -> bool:
+    """Values that only get their final form at task start; they are validated then."""
+    from airflow.sdk import XComArg
+
+    return isinstance(value, XComArg) or (isinstance(value, str) and "{{" in value)
+
+
+def _check_webhook_parameter(value: Any, parameter: str) -> None:
+    if value is None or value == "" or _is_template_or_xcom(value):
+        return
+    try:
+        check_webhook_url(value, parameter)
+    except ValueError as error:
+        raise CrewConfigurationError(str(error)) from None
+
+
+def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
+    """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
+
+    Password alone: bearer token. Login and password: basic. ``{"strategy": ...}`` in the
+    connection's extra overrides the guess. Without ``url``, the connection's host is the URL.
+    """
+    connection = BaseHook.get_connection(conn_id)
+    url = url or connection.host
+    if not url:
+        raise CrewConfigurationError(
+            f"No human-input webhook URL: give human_input_webhook_url, or put the URL in the host of "
+            f"connection {conn_id!r}."
+        )
+    login, password = connection.login or None, connection.password or None
+    strategy = (connection.extra_dejson or {}).get("strategy") or ("basic" if login else "bearer")
+    if not password:
+        raise CrewConfigurationError(
+            f"human_input_webhook_conn_id={conn_id!r}: the connection has no password. Put the bearer token "
+            "the service must send in its password field (or a login and password for basic auth)."
+        )
+    if strategy == "bearer":
+        authentication: dict[str, Any] = {"strategy": "bearer", "token": password}
+    elif strategy == "basic":
+        if not login:
+            raise CrewConfigurationError(
+                f"human_input_webhook_conn_id={conn_id!r}: strategy 'basic' needs the connection's login."
+            )
+        authentication = {"strategy": "basic", "username": login, "password": password}
+    else:
+        raise CrewConfigurationError(
+            f"human_input_webhook_conn_id={conn_id!r}: extra 'strategy' is {strategy!r}; "
+            "use 'bearer' or 'basic'."
+        )
+    try:
+        return HumanInputWebhook.model_validate({"url": url, "authentication": authentication})
+    except ValueError:
+        # The model's message could echo the credential; name the fields instead.
+        raise CrewConfigurationError(
+            f"human_input_webhook_url={url!r} with connection {conn_id!r} is not a valid human-input "
+            "webhook: the URL must be http(s) and the connection must hold a token or a login and password."
+        ) from None
+
+
+class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
+    """
+    Start an execution of a deployed crew and, by default, wait for it to finish.
+
+    The kickoff id is the task's return value (so ``CrewStatusSensor(kickoff_id=kickoff.output)``
+    works) and is pushed to XCom key ``kickoff_id`` before any waiting. When waiting, the final output
+    goes to XCom key ``output`` and the last status record to ``status``.
+
+    :param inputs: The crew's inputs, a mapping of name to value (templated; may be an XComArg or
+        come from ``.expand()``).
+    :param crew_conn_id: The ``crew`` connection (base URL and bearer token).
+    :param meta: Free-form metadata the service passes to the crew and echoes in webhooks.
+    :param task_webhook_url: Called by the service after each task.
+    :param step_webhook_url: Called by the service after each agent step.
+    :param crew_webhook_url: Called by the service when the execution completes.
+    :param human_input_webhook_url: Where the service announces a pause for human input. Tasks that
+        require human input pause only when a human-input webhook is given.
+    :param human_input_webhook_conn_id: Connection with the credential the service must send to the
+        human-input webhook: password = bearer token, or login + password for basic auth. Its host is
+        the webhook URL when ``human_input_webhook_url`` is not given.
+    :param validate_inputs: Read ``GET /inputs`` first and fail, before starting anything, naming
+        missing and unknown keys.
+    :param wait_for_completion: Wait for the execution to finish (or pause; see ``on_human_input``).
+    :param on_human_input: When waiting and the execution pauses for human input: ``"return"``
+        (default) finishes successfully and pushes the paused task's id and output to XCom key
+        ``human_input`` for a downstream review; ``"fail"`` fails the task; ``"wait"`` keeps waiting
+        for someone to resume it elsewhere.
+    :param deferrable: Wait in the triggerer instead of holding a worker slot.
+    :param poll_interval: First seconds between status polls; grows with jitter to ``max_poll_interval``.
+    :param max_poll_interval: Longest seconds between status polls.
+    :param timeout: How long to wait for the execution (seconds or timedelta). The execution is not
+        stopped when it passes.
+    """
+
+    template_fields: Sequence[str] = (
+        "inputs",
+        "meta",
+        "task_webhook_url",
+        "step_webhook_url",
+        "crew_webhook_url",
+        "human_input_webhook_url",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "meta": "json"}
+    ui_color = "#e9d8fd"
+
+    # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+).
+    STATE_KEY = "crew_kickoff_id"
+
+    def __init__(
+        self,
+        *,
+        inputs: Mapping[str, Any] | Any,
+        crew_conn_id: str = CrewHook.default_conn_name,
+        meta: Mapping[str, Any] | None = None,
+        task_webhook_url: str | None = None,
+        step_webhook_url: str | None = None,
+        crew_webhook_url: str | None = None,
+        human_input_webhook_url: str | None = None,
+        human_input_webhook_conn_id: str | None = None,
+        validate_inputs: bool = True,
+        wait_for_completion: bool = True,
+        on_human_input: str = "return",
+        deferrable: bool = default_deferrable(),
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.inputs = inputs
+        self.crew_conn_id = crew_conn_id
+        self.meta = meta
+        self.task_webhook_url = task_webhook_url
+        self.step_webhook_url = step_webhook_url
+        self.crew_webhook_url = crew_webhook_url
+        self.human_input_webhook_url = human_input_webhook_url
+        self.human_input_webhook_conn_id = human_input_webhook_conn_id
+        self.validate_inputs = validate_inputs
+        self.wait_for_completion = wait_for_completion
+        self.on_human_input = on_human_input
+        self.deferrable = deferrable
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
+        self.timeout = seconds(timeout, "timeout")
+        self._validate_inputs_shape()
+        self._validate_webhooks()
+        self._validate_on_human_input()
+
+    # -- validation at DAG parse (and again at task start, for templated values) ------------------
+
+    def _validate_inputs_shape(self) -> None:
+        if _is_template_or_xcom(self.inputs) or isinstance(self.inputs, Mapping):
+            return
+        raise CrewConfigurationError(
+            f"inputs must be a mapping of input name to value, e.g. {{'topic': 'AI'}}; got "
+            f"{type(self.inputs).__name__}."
+        )
+
+    def _validate_webhooks(self) -> None:
+        for parameter in (*WEBHOOK_PARAMETERS, "human_input_webhook_url"):
+            _check_webhook_parameter(getattr(self, parameter), parameter)
+        if self.human_input_webhook_url and not self.human_input_webhook_conn_id:
+            raise CrewConfigurationError(
+                "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
+                "token (password) or login and password the service must send to it."
+            )
+
+    def _validate_on_human_input(self) -> None:
+        if self.on_human_input not in ON_HUMAN_INPUT_CHOICES:
+            raise CrewConfigurationError(
+                f"on_human_input={self.on_human_input!r} is not known; use one of "
+                f"{', '.join(ON_HUMAN_INPUT_CHOICES)}."
+            )
+
+    def _check_inputs_against_crew(self, hook: CrewHook, inputs: Mapping[str, Any]) -> None:
+        expected = hook.get_inputs()
+        missing = [name for name in expected if name not in inputs]
+        unknown = [name for name in inputs if name not in expected]
+        if missing or unknown:
+            problems = []
+            if missing:
+                problems.append(f"missing {missing}")
+            if unknown:
+                problems.append(f"unknown {unknown}")
+            raise CrewConfigurationError(
+                f"inputs do not match what the crew expects ({'; '.join(problems)}). The crew declares "
+                f"{expected}. Nothing was started. Fix `inputs`, or set validate_inputs=False."
+            )
+
+    # -- execution ----------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> str:
+        self._validate_inputs_shape()
+        self._validate_webhooks()  # templated URLs are rendered now
+        if not isinstance(self.inputs, Mapping):
+            raise CrewConfigurationError(
+                f"inputs rendered to {type(self.inputs).__name__}; it must be a mapping."
+            )
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        kickoff_id = self._reattach_or_kickoff(context, hook)
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
+        if not self.wait_for_completion:
+            self._forget_execution(context)
+            return kickoff_id
+        result = self._wait(
+            context,
+            kickoff_id,
+            wait_for=WaitFor.COMPLETION if self.on_human_input == "wait" else WaitFor.HUMAN_INPUT,
+            timeout=self.timeout,
+            hook=hook,
+        )
+        return self._finish(context, kickoff_id, result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
+        """Resume after the trigger fired: validate its event and finish as the blocking path does."""
+        kickoff_id, result = self._result_from_event(event)
+        return self._finish(context, kickoff_id, result)
+
+    def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED, Outcome.FAILED):
+            # Done with this execution either way: a retry or a cleared task starts a new one.
+            self._forget_execution(context)
+        self._raise_for_outcome(kickoff_id, result)
+        self._push_result(context, kickoff_id, result)
+        if result.outcome is Outcome.PAUSED and self.on_human_input == "fail":
+            raise CrewExecutionFailedError(
+                f"Crew execution {kickoff_id} paused for human input on task "
+                f"{result.status.paused_task_id if result.status else '?'!r} and on_human_input='fail'. "
+                "Resume it with CrewResumeOperator, or set on_human_input='return' or 'wait'."
+            )
+        return kickoff_id
+
+    def _kickoff(self, context: Context, hook: CrewHook) -> str:
+        assert isinstance(self.inputs, Mapping)
+        if self.validate_inputs:
+            self._check_inputs_against_crew(hook, self.inputs)
+        human_input_webhook = (
+            _human_input_webhook(self.human_input_webhook_url, self.human_input_webhook_conn_id)
+            if self.human_input_webhook_conn_id
+            else None
+        )
+        try:
+            kickoff_id = hook.kickoff(
+                self.inputs,
+                meta=self.meta,
+                task_webhook_url=self.task_webhook_url or None,
+                step_webhook_url=self.step_webhook_url or None,
+                crew_webhook_url=self.crew_webhook_url or None,
+                human_input_webhook=human_input_webhook,
+            )
+        except CrewOutcomeUnknownError as error:
+            # A retry could start a second, paid execution: fail for good and let a person decide.
+            raise AirflowFailException(f"{error} Failing without retry.") from None
+        self.log.info("Started crew execution %s", kickoff_id)
+        # Kept (without credentials) so CrewResumeOperator can re-supply them: the service forgets
+        # webhook addresses at resume (contract rule 4.2).
+        context["ti"].xcom_push(
+            key=XCOM_WEBHOOKS,
+            value={
+                "kickoff_id": kickoff_id,
+                **{name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS},
+            },
+        )
+        return kickoff_id
+
+    def _reattach_or_kickoff(self, context: Context, hook: CrewHook) -> str:
+        """On Airflow 3.3+, a retry reattaches to the execution an earlier try started."""
+        store = self._state_store(context)
+        if store is None:
+            return self._kickoff(context, hook)
+        previous = store.get(self.STATE_KEY)
+        if previous:
+            try:
+                state: CrewState | None = hook.get_status(previous).state
+            except CrewNotFoundError:
+                state = None  # possibly still queued; the wait tolerates a short run of 404s
+            if state is not CrewState.FAILED:
+                self.log.info(
+                    "Reattaching to crew execution %s started by an earlier try (state: %s) instead of "
+                    "starting a second one.",
+                    previous,
+                    state.value if state else "not visible yet",
+                )
+                return str(previous)
+            self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", previous)
+        kickoff_id = self._kickoff(context, hook)
+        store.set(self.STATE_KEY, kickoff_id)
+        return kickoff_id
+
+    def _state_store(self, context: Context) -> Any:
+        if not AIRFLOW_V_3_3_PLUS:
+            return None
+        return context.get("task_state_store")  # type: ignore[call-overload]
+
+    def _forget_execution(self, context: Context) -> None:
+        store = self._state_store(context)
+        if store is not None:
+            store.delete(self.STATE_KEY)
+
+
+class CrewResumeOperator(CrewWaitMixin, BaseOperator):
+    """
+    Send human feedback to an execution paused in Pending Human Input (``POST /resume``).
+
+    The service forgets webhook addresses at resume (contract rule 4.2). By default this operator
+    re-supplies the ones the kickoff of the same execution used, read from the kickoff task's XCom,
+    unless you pass your own or set ``carry_over_webhooks=False``.
+
+    :param execution_id: The execution to resume: the kickoff id (templated; usually ``kickoff.output``).
+    :param task_id: Airflow's task id of this operator.
+    :param crew_task_id: The crew task that asked for input (templated; e.g. from the kickoff's
+        ``human_input`` XCom).
+    :param human_feedback: The feedback text (templated); required when rejecting.
+    :param is_approve: True to approve and continue; False to have the task retried with the feedback.
+    :param crew_conn_id: The ``crew`` connection.
+    :param task_webhook_url: Task-completion callback after the resume.
+    :param step_webhook_url: Agent-step callback after the resume.
+    :param crew_webhook_url: Crew-completion callback after the resume.
+    :param carry_over_webhooks: Re-supply the kickoff's webhook addresses that are not given here.
+    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
+        ``execution_id`` when that is the kickoff's XComArg.
+    :param wait_for: ``None`` (do not wait), ``"completion"`` or ``"human_input"`` (the next pause).
+    :param deferrable: Wait in the triggerer instead of holding a worker slot.
+    :param poll_interval: First seconds between status polls.
+    :param max_poll_interval: Longest seconds between status polls.
+    :param timeout: How long to wait (seconds or timedelta).
+    """
+
+    template_fields: Sequence[str] = (
+        "execution_id",
+        "crew_task_id",
+        "human_feedback",
+        "is_approve",
+        "task_webhook_url",
+        "step_webhook_url",
+        "crew_webhook_url",
+    )
+    ui_color = "#fde8d8"
+
+    def __init__(
+        self,
+        *,
+        execution_id: str | Any,
+        crew_task_id: str | Any,
+        human_feedback: str | Any = "",
+        is_approve: bool | Any,
+        crew_conn_id: str = CrewHook.default_conn_name,
+        task_webhook_url: str | None = None,
+        step_webhook_url: str | None = None,
+        crew_webhook_url: str | None = None,
+        carry_over_webhooks: bool = True,
+        kickoff_task_id: str | None = None,
+        wait_for: str | None = None,
+        deferrable: bool = default_deferrable(),
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.execution_id = execution_id
+        self.crew_task_id = crew_task_id
+        self.human_feedback = human_feedback
+        self.is_approve = is_approve
+        self.crew_conn_id = crew_conn_id
+        self.task_webhook_url = task_webhook_url
+        self.step_webhook_url = step_webhook_url
+        self.crew_webhook_url = crew_webhook_url
+        self.carry_over_webhooks = carry_over_webhooks
+        self.kickoff_task_id = kickoff_task_id or _upstream_task_id(execution_id)
+        self.wait_for = WaitFor.parse(wait_for) if wait_for is not None else None
+        self.deferrable = deferrable
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
+        self.timeout = seconds(timeout, "timeout")
+        for parameter in WEBHOOK_PARAMETERS:
+            _check_webhook_parameter(getattr(self, parameter), parameter)
+        self._validate_feedback()
+
+    def _validate_feedback(self) -> None:
+        if _is_template_or_xcom(self.is_approve):
+            return
+        if not isinstance(self.is_approve, bool):
+            raise CrewConfigurationError(
+                f"is_approve must be True (approve) or False (request changes), got {self.is_approve!r}."
+            )
+        feedback = self.human_feedback
+        if not self.is_approve and not _is_template_or_xcom(feedback) and not str(feedback or "").strip():
+            raise CrewConfigurationError(
+                "human_feedback is empty but is_approve=False: say what the crew should change."
+            )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        self._validate_feedback()
+        if not isinstance(self.is_approve, bool):
+            raise CrewConfigurationError(f"is_approve rendered to {self.is_approve!r}; it must be a bool.")
+        for parameter in WEBHOOK_PARAMETERS:
+            _check_webhook_parameter(getattr(self, parameter), parameter)
+        execution_id = str(self.execution_id)
+        webhooks = self._webhook_addresses(context, execution_id)
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        try:
+            result = hook.resume(
+                execution_id,
+                str(self.crew_task_id),
+                str(self.human_feedback or ""),
+                self.is_approve,
+                **webhooks,
+            )
+        except CrewOutcomeUnknownError as error:
+            raise AirflowFailException(f"{error} Failing without retry.") from None
+        except CrewBadRequestError as error:
+            raise self._not_paused_error(hook, execution_id, error) from None
+        self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
+        summary = {"status": result.status.value, "message": result.message}
+        if self.wait_for is None:
+            return summary
+        # Kept for execute_complete: XCom survives a deferral, instance attributes do not.
+        context["ti"].xcom_push(key=XCOM_RESUME, value=summary)
+        wait_result = self._wait(
+            context, execution_id, wait_for=self.wait_for, timeout=self.timeout, hook=hook
+        )
+        return self._finish(context, execution_id, wait_result, summary)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        execution_id, result = self._result_from_event(event)
+        summary = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_RESUME) or {}
+        return self._finish(context, execution_id, result, summary)
+
+    def _finish(
+        self, context: Context, execution_id: str, result: WaitResult, summary: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._raise_for_outcome(execution_id, result)
+        self._push_result(context, execution_id, result)
+        return summary | {"outcome": result.outcome.value}
+
+    def _webhook_addresses(self, context: Context, execution_id: str) -> dict[str, str | None]:
+        given = {name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS}
+        if not self.carry_over_webhooks or all(given.values()):
+            return given
+        if not self.kickoff_task_id:
+            self.log.warning(
+                "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
+                "notifications after this resume go only to the addresses given here (contract rule 4.2). "
+                "Pass kickoff_task_id, or execution_id=kickoff.output.",
+                execution_id,
+            )
+            return given
+        kept = context["ti"].xcom_pull(task_ids=self.kickoff_task_id, key=XCOM_WEBHOOKS)
+        if isinstance(kept, list):  # a mapped kickoff pulled from an unmapped task: find ours
+            kept = next(
+                (item for item in kept if isinstance(item, dict) and item.get("kickoff_id") == execution_id),
+                None,
+            )
+        if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
+            self.log.warning(
+                "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
+                "to the addresses given here (contract rule 4.2).",
+                self.kickoff_task_id,
+                execution_id,
+            )
+            return given
+        carried = {name: given[name] or kept.get(name) for name in WEBHOOK_PARAMETERS}
+        self.log.info(
+            "Carrying over the kickoff's webhook addresses for %s",
+            ", ".join(name for name in WEBHOOK_PARAMETERS if carried[name] and not given[name]) or "nothing",
+        )
+        return carried
+
+    def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
+        try:
+            current = hook.get_status(execution_id).describe()
+        except CrewError as status_error:
+            current = f"unknown ({status_error})"
+        return CrewBadRequestError(
+            f"Crew execution {execution_id} could not be resumed: it is not waiting for human input "
+            f"(current state: {current}). The service said: {error.service_message or error}",
+            endpoint=error.endpoint,
+            status_code=error.http_status,
+            service_message=error.service_message,
+        )
+
+
+def _upstream_task_id(value: Any) -> str | None:
+    """The task that produces ``value`` when it is an XComArg such as ``kickoff.output``."""
+    from airflow.sdk import XComArg
+
+    if isinstance(value, XComArg):
+        operator = getattr(value, "operator", None)
+        return getattr(operator, "task_id", None)
+    return None

@@ -1,0 +1,563 @@
+"""The execution state machine. Each execution is one asyncio task; nothing here touches HTTP.
+
+PENDING (briefly) -> RUNNING, task by task -> SUCCESS, or FAILED when a task is declared failing.
+A task with ``human_input`` pauses the execution (PAUSED, status "Pending Human Input") when the
+kickoff gave a ``humanInputWebhook``; :meth:`Engine.resume` then accepts the output (continue) or
+re-runs the task with the feedback as context (retry), which pauses and notifies again.
+All state lives in memory, in the serving event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .crews import (
+    AgentContext,
+    CrewSpec,
+    DeterministicAgent,
+    FeedbackNote,
+    TaskOutcome,
+    TaskSpec,
+    render_template,
+)
+from .faults import FaultRule, Faults
+from .webhooks import WebhookSender
+
+__all__ = [
+    "FAILED",
+    "PAUSED",
+    "PENDING",
+    "PENDING_HUMAN_INPUT",
+    "RUNNING",
+    "SUCCESS",
+    "Engine",
+    "Execution",
+    "HumanInputTarget",
+    "ResumeError",
+]
+
+PENDING, RUNNING, PAUSED, SUCCESS, FAILED = "PENDING", "RUNNING", "PAUSED", "SUCCESS", "FAILED"
+PENDING_HUMAN_INPUT = "Pending Human Input"
+WEBHOOK_KINDS = ("task", "step", "crew")
+
+
+class ResumeError(Exception):
+    """A resume request the service refuses; carries the HTTP answer."""
+
+    def __init__(self, status_code: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.error = error
+        self.message = message
+
+
+@dataclass(frozen=True)
+class HumanInputTarget:
+    """Where and how to send human-input notifications (``humanInputWebhook`` at kickoff)."""
+
+    url: str
+    strategy: str | None = None  # "bearer", "basic" or None (no Authorization header)
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        if self.strategy == "bearer":
+            return {"Authorization": f"Bearer {self.token}"}
+        if self.strategy == "basic":
+            pair = f"{self.username}:{self.password}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+        return {}
+
+
+@dataclass
+class FeedbackRound:
+    round: int
+    task_id: str
+    task_name: str
+    attempt: int
+    feedback: str
+    is_approve: bool
+    received_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Paused:
+    index: int
+    task_id: str
+    outcome: TaskOutcome
+    waiter: asyncio.Future[bool]
+
+
+@dataclass
+class Execution:
+    """One run of a crew. Mutated only in the serving loop."""
+
+    kickoff_id: str
+    crew: CrewSpec
+    inputs: dict[str, Any]
+    meta: Any
+    webhooks: dict[str, str | None]
+    human_input: HumanInputTarget | None
+    token_kind: str
+    task_ids: list[str]
+    created_at: float = field(default_factory=time.time)
+    state: str = PENDING
+    status: str = "Execution queued"
+    task_index: int = 0
+    completed: int = 0
+    attempts: list[int] = field(default_factory=list)
+    accepted: list[tuple[TaskSpec, str, TaskOutcome, int]] = field(default_factory=list)
+    last_step: dict[str, Any] | None = None
+    last_executed_task: dict[str, Any] | None = None
+    result: str = ""
+    result_json: Any = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    feedback: list[FeedbackRound] = field(default_factory=list)
+    finished_at: float | None = None
+    polls: int = 0
+    hidden_polls: int = 0
+    hidden_rule: FaultRule | None = None
+    paused: _Paused | None = None
+    runner: asyncio.Task[None] | None = None
+    delivery_tail: asyncio.Task[None] | None = None
+    version: int = 0
+    _status_cache: tuple[int, bytes] | None = None
+
+    def touch(self) -> None:
+        self.version += 1
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (SUCCESS, FAILED)
+
+    def current_task(self) -> TaskSpec | None:
+        if self.state in (PENDING, SUCCESS) or self.task_index >= len(self.crew.tasks):
+            return None
+        return self.crew.tasks[self.task_index]
+
+    def status_record(self) -> dict[str, Any]:
+        """The status body, in the shape observed on real deployments."""
+        current = self.current_task()
+        record: dict[str, Any] = {
+            "kickoff_id": self.kickoff_id,
+            "state": self.state,
+            "status": self.status,
+            "result": self.result,
+            "result_json": self.result_json,
+            "progress": {
+                "completed": self.completed,
+                "total": len(self.crew.tasks),
+                "current": current.name if current else None,
+                "current_agent": current.agent if current else None,
+            },
+            "last_step": self.last_step,
+            "last_executed_task": self.last_executed_task,
+            "usage_metrics": self.usage_metrics(),
+        }
+        if self.state == FAILED:
+            record["error"] = self.error
+        return record
+
+    def status_bytes(self) -> bytes:
+        # Polls vastly outnumber changes: serialise once per change.
+        cache = self._status_cache
+        if cache is not None and cache[0] == self.version:
+            return cache[1]
+        body = json.dumps(self.status_record(), ensure_ascii=False).encode()
+        self._status_cache = (self.version, body)
+        return body
+
+    def usage_metrics(self) -> dict[str, int]:
+        return {
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "successful_requests": self.requests,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a test may want to assert on, including the feedback history."""
+        data = self.status_record()
+        data.update(
+            {
+                "crew": self.crew.name,
+                "inputs": self.inputs,
+                "meta": self.meta,
+                "token_kind": self.token_kind,
+                "created_at": self.created_at,
+                "finished_at": self.finished_at,
+                "webhooks": dict(self.webhooks),
+                "human_input_webhook": (
+                    {"url": self.human_input.url, "strategy": self.human_input.strategy}
+                    if self.human_input
+                    else None
+                ),
+                "task_ids": {t.name: tid for t, tid in zip(self.crew.tasks, self.task_ids, strict=True)},
+                "attempts": {t.name: a for t, a in zip(self.crew.tasks, self.attempts, strict=True)},
+                "tasks": [
+                    {
+                        "task_id": tid,
+                        "name": t.name,
+                        "agent": t.agent,
+                        "attempt": attempt,
+                        "output": o.raw,
+                        "output_json": o.json,
+                    }
+                    for t, tid, o, attempt in self.accepted
+                ],
+                "feedback": [f.to_dict() for f in self.feedback],
+                "paused_task_id": self.paused.task_id if self.paused else None,
+                "polls": self.polls,
+                "hidden_polls_left": self.hidden_polls,
+            }
+        )
+        return data
+
+
+class Engine:
+    """Starts, runs and resumes executions; sends their webhooks through a :class:`WebhookSender`."""
+
+    def __init__(
+        self,
+        sender: WebhookSender,
+        faults: Faults,
+        speed: float = 1.0,
+        agent: DeterministicAgent | None = None,
+    ) -> None:
+        self.sender = sender
+        self.faults = faults
+        self.speed = speed
+        self.agent = agent or DeterministicAgent()
+        self.executions: dict[str, Execution] = {}
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    @speed.setter
+    def speed(self, value: float) -> None:
+        if not isinstance(value, int | float) or value <= 0:
+            raise ValueError("speed must be a number > 0 (2 = twice as fast)")
+        self._speed = float(value)
+
+    async def _pause_for(self, seconds: float) -> None:
+        await asyncio.sleep(seconds / self._speed if seconds > 0 else 0)
+
+    # ---------------------------------------------------------------------------------------------
+    # Kickoff and status
+
+    def kickoff(
+        self,
+        crew: CrewSpec,
+        inputs: Mapping[str, Any],
+        *,
+        meta: Any = None,
+        webhooks: Mapping[str, str | None] | None = None,
+        human_input: HumanInputTarget | None = None,
+        token_kind: str = "org",
+    ) -> Execution:
+        """Create an execution and start running it; returns at once (state PENDING)."""
+        kickoff_id = str(uuid.uuid4())
+        ex = Execution(
+            kickoff_id=kickoff_id,
+            crew=crew,
+            inputs=crew.with_defaults(inputs),
+            meta=meta,
+            webhooks={k: (webhooks or {}).get(k) for k in WEBHOOK_KINDS},
+            human_input=human_input,
+            token_kind=token_kind,
+            task_ids=[str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kickoff_id}/{t.name}")) for t in crew.tasks],
+            attempts=[1] * len(crew.tasks),
+        )
+        for rule in self.faults.status_404_budget(crew.name):
+            ex.hidden_polls += rule.count or 0
+            ex.hidden_rule = ex.hidden_rule or rule
+        self.executions[kickoff_id] = ex
+        ex.runner = asyncio.get_running_loop().create_task(self._run(ex), name=f"crew-{kickoff_id}")
+        return ex
+
+    def poll(self, kickoff_id: str) -> bytes | None:
+        """Serialised status, or None for "404" (unknown id, or hidden by a status_404 fault)."""
+        ex = self.executions.get(kickoff_id)
+        if ex is None:
+            return None
+        ex.polls += 1
+        if ex.hidden_polls > 0:
+            ex.hidden_polls -= 1
+            if ex.hidden_rule is not None:
+                self.faults.record_hidden_poll(ex.hidden_rule)
+            return None
+        return ex.status_bytes()
+
+    # ---------------------------------------------------------------------------------------------
+    # Running
+
+    async def _run(self, ex: Execution) -> None:
+        try:
+            await self._pause_for(ex.crew.pending_seconds)
+            ex.state = RUNNING
+            ex.touch()
+            tasks = ex.crew.tasks
+            while ex.state == RUNNING and ex.task_index < len(tasks):
+                index = ex.task_index
+                task = tasks[index]
+                outcome = await self._perform(ex, index)
+                if outcome is None:
+                    return  # failed
+                self._notify_task(ex, index, outcome)
+                if task.human_input and ex.human_input is not None:
+                    waiter = self._pause(ex, index, outcome)
+                    # resume() moves the state on (accept or retry) before waking us.
+                    await waiter
+                    continue
+                self._accept(ex, index, outcome)
+            if ex.state == RUNNING:
+                self._complete(ex)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in the stand-in must show up as a failed execution
+            self._fail(ex, f"internal error in local crew service: {type(exc).__name__}: {exc}")
+
+    async def _perform(self, ex: Execution, index: int) -> TaskOutcome | None:
+        task = ex.crew.tasks[index]
+        attempt = ex.attempts[index]
+        ex.status = f"Running task {index + 1} of {len(ex.crew.tasks)}: {task.name}" + (
+            f" (attempt {attempt}, with human feedback)" if attempt > 1 else ""
+        )
+        ex.touch()
+        ctx = AgentContext(
+            crew=ex.crew,
+            task=task,
+            inputs=ex.inputs,
+            earlier=[(t.name, o.summary) for t, _, o, _ in ex.accepted],
+            feedback=[FeedbackNote(f.task_name, f.feedback, f.is_approve) for f in ex.feedback],
+            attempt=attempt,
+        )
+        per_step = ex.crew.seconds_per_step(task)
+        for number in range(1, task.steps + 1):
+            await self._pause_for(per_step)
+            step = self.agent.step(ctx, number)
+            ex.last_step = {
+                "agent": step.agent,
+                "thought": step.thought,
+                "tool": step.tool,
+                "tool_input": step.tool_input,
+                "result": step.result,
+            }
+            ex.prompt_tokens += step.prompt_tokens
+            ex.completion_tokens += step.completion_tokens
+            ex.requests += 1
+            ex.touch()
+            self._emit(
+                ex,
+                "step",
+                {
+                    "prompt": step.prompt,
+                    "thought": step.thought,
+                    "tool": step.tool,
+                    "tool_input": step.tool_input,
+                    "result": step.result,
+                    "kickoff_id": ex.kickoff_id,
+                    "meta": ex.meta,
+                },
+            )
+        if task.steps == 0:
+            await self._pause_for(per_step)
+        if task.should_fail(ex.inputs):
+            self._fail(ex, task.error)
+            return None
+        outcome = self.agent.write(ctx)
+        ex.prompt_tokens += outcome.prompt_tokens
+        ex.completion_tokens += outcome.completion_tokens
+        ex.requests += 1
+        ex.last_executed_task = {
+            "task_id": ex.task_ids[index],
+            "name": task.name,
+            "agent": task.agent,
+            "output": outcome.raw,
+        }
+        ex.touch()
+        return outcome
+
+    def _notify_task(self, ex: Execution, index: int, outcome: TaskOutcome) -> None:
+        task = ex.crew.tasks[index]
+        ctx_vars = self.agent.variables(AgentContext(crew=ex.crew, task=task, inputs=ex.inputs))
+        self._emit(
+            ex,
+            "task",
+            {
+                "description": render_template(task.description, ctx_vars),
+                "name": task.name,
+                "expected_output": render_template(task.expected_output, ctx_vars),
+                "summary": outcome.summary,
+                "agent": task.agent,
+                "output": outcome.raw,
+                "output_json": outcome.json,
+                "kickoff_id": ex.kickoff_id,
+                "meta": ex.meta,
+            },
+        )
+
+    def _pause(self, ex: Execution, index: int, outcome: TaskOutcome) -> asyncio.Future[bool]:
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        ex.paused = _Paused(index, ex.task_ids[index], outcome, waiter)
+        ex.state = PAUSED
+        ex.status = PENDING_HUMAN_INPUT
+        ex.touch()
+        target = ex.human_input
+        assert target is not None
+        # Paused before notifying: whoever gets the notification may resume straight away.
+        ex.delivery_tail = self.sender.send(
+            "human_input",
+            target.url,
+            {
+                "execution_id": ex.kickoff_id,
+                "task_id": ex.task_ids[index],
+                "task_output": outcome.raw,
+                "kickoff_id": ex.kickoff_id,
+                "meta": ex.meta,
+            },
+            kickoff_id=ex.kickoff_id,
+            headers=target.headers(),
+            auth=target.strategy,
+            after=ex.delivery_tail,
+        )
+        return waiter
+
+    def _accept(self, ex: Execution, index: int, outcome: TaskOutcome) -> None:
+        task = ex.crew.tasks[index]
+        ex.accepted.append((task, ex.task_ids[index], outcome, ex.attempts[index]))
+        ex.completed += 1
+        ex.task_index = index + 1
+        ex.touch()
+
+    def _complete(self, ex: Execution) -> None:
+        final = ex.accepted[-1][2]
+        ex.result = final.raw
+        ex.result_json = final.json
+        ex.state = SUCCESS
+        ex.status = "Crew execution completed"
+        ex.finished_at = time.time()
+        ex.touch()
+        usage = ex.usage_metrics()
+        self._emit(
+            ex,
+            "crew",
+            {
+                "kickoff_id": ex.kickoff_id,
+                "result": ex.result,
+                "result_json": ex.result_json,
+                "token_usage": {
+                    "total_tokens": usage["total_tokens"],
+                    "prompt_tokens": usage["prompt_tokens"],
+                    "completion_tokens": usage["completion_tokens"],
+                },
+                "meta": ex.meta,
+            },
+        )
+
+    def _fail(self, ex: Execution, error: str) -> None:
+        ex.state = FAILED
+        ex.status = "Crew execution failed"
+        ex.error = error
+        ex.finished_at = time.time()
+        ex.touch()
+
+    def _emit(self, ex: Execution, kind: str, payload: dict[str, Any]) -> None:
+        url = ex.webhooks.get(kind)
+        if url:
+            ex.delivery_tail = self.sender.send(
+                kind, url, payload, kickoff_id=ex.kickoff_id, after=ex.delivery_tail
+            )
+
+    # ---------------------------------------------------------------------------------------------
+    # Resume
+
+    def resume(
+        self,
+        kickoff_id: str,
+        task_id: str,
+        feedback: str,
+        is_approve: bool,
+        webhooks: Mapping[str, str | None],
+    ) -> tuple[str, str]:
+        """Apply human feedback; returns the response ``(status, message)`` or raises ResumeError."""
+        ex = self.executions.get(kickoff_id)
+        if ex is None:
+            raise ResumeError(404, "Not Found", f"Execution {kickoff_id} not found")
+        paused = ex.paused
+        if ex.state != PAUSED or paused is None:
+            raise ResumeError(
+                400,
+                "Bad Request",
+                f"Execution {kickoff_id} is not waiting for human input (current state: {ex.state})",
+            )
+        task = ex.crew.tasks[paused.index]
+        if task_id not in (paused.task_id, task.name):
+            raise ResumeError(
+                400,
+                "Bad Request",
+                f"task_id {task_id!r} is not the task waiting for human input; "
+                f"expected {paused.task_id!r} ({task.name})",
+            )
+        # Rule 4.2: webhook addresses are not carried over; only those given now are used.
+        ex.webhooks = {k: webhooks.get(k) for k in WEBHOOK_KINDS}
+        ex.feedback.append(
+            FeedbackRound(
+                round=len(ex.feedback) + 1,
+                task_id=paused.task_id,
+                task_name=task.name,
+                attempt=ex.attempts[paused.index],
+                feedback=feedback,
+                is_approve=is_approve,
+                received_at=time.time(),
+            )
+        )
+        ex.paused = None
+        if is_approve:
+            self._accept(ex, paused.index, paused.outcome)
+            if ex.task_index >= len(ex.crew.tasks):
+                self._complete(ex)
+                answer = ("completed", f"Feedback accepted for task {task.name}; the execution completed")
+            else:
+                ex.state = RUNNING
+                ex.status = f"Resumed after human approval of {task.name}"
+                answer = ("resumed", f"Feedback accepted for task {task.name}; execution resumed")
+        else:
+            ex.attempts[paused.index] += 1
+            ex.state = RUNNING
+            ex.status = f"Retrying task {task.name} with human feedback"
+            answer = ("retrying", f"Task {task.name} will be retried with the feedback as context")
+        ex.touch()
+        if not paused.waiter.done():
+            paused.waiter.set_result(is_approve)
+        return answer
+
+    # ---------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    async def cancel_all(self) -> None:
+        runners = [ex.runner for ex in self.executions.values() if ex.runner and not ex.runner.done()]
+        for runner in runners:
+            runner.cancel()
+        if runners:
+            await asyncio.gather(*runners, return_exceptions=True)
+
+    async def reset(self) -> None:
+        """Cancel every execution and forget them."""
+        await self.cancel_all()
+        self.executions.clear()

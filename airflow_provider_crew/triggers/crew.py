@@ -1,0 +1,94 @@
+"""CrewStatusTrigger: waits for a crew execution in the triggerer, without holding a worker slot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_crew.exceptions import CrewError
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.waiting import (
+    DEFAULT_MAX_POLL_INTERVAL,
+    DEFAULT_POLL_INTERVAL,
+    CrewWaitEvent,
+    Poller,
+    WaitFor,
+    WaitResult,
+)
+
+
+class CrewStatusTrigger(BaseTrigger):
+    """
+    Poll a crew execution's status until it finishes (or pauses for human input), then fire one event.
+
+    Every kwarg is a JSON primitive and none is a secret: the token is looked up from the
+    connection, asynchronously, when the trigger runs. Deadlines are absolute (epoch seconds), so a
+    triggerer restart re-creates the trigger from its kwargs and it carries on where it was.
+
+    :param kickoff_id: The execution to watch.
+    :param crew_conn_id: The ``crew`` connection.
+    :param wait_for: ``"completion"``, or ``"human_input"`` to stop at the next pause as well.
+    :param deadline: Epoch seconds after which the trigger fires a ``timeout`` event.
+    :param not_found_deadline: Epoch seconds until which a 404 counts as "still queued".
+    :param poll_interval: First interval between polls, in seconds; grows with jitter up to
+        ``max_poll_interval``.
+    :param max_poll_interval: Longest interval between polls, in seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        kickoff_id: str,
+        crew_conn_id: str,
+        wait_for: str,
+        deadline: float,
+        not_found_deadline: float,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+    ) -> None:
+        super().__init__()
+        self.kickoff_id = kickoff_id
+        self.crew_conn_id = crew_conn_id
+        self.wait_for = WaitFor.parse(wait_for).value
+        self.deadline = float(deadline)
+        self.not_found_deadline = float(not_found_deadline)
+        self.poll_interval = float(poll_interval)
+        self.max_poll_interval = float(max(max_poll_interval, poll_interval))
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "kickoff_id": self.kickoff_id,
+                "crew_conn_id": self.crew_conn_id,
+                "wait_for": self.wait_for,
+                "deadline": self.deadline,
+                "not_found_deadline": self.not_found_deadline,
+                "poll_interval": self.poll_interval,
+                "max_poll_interval": self.max_poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        poller = Poller(
+            self.kickoff_id,
+            wait_for=WaitFor(self.wait_for),
+            deadline=self.deadline,
+            not_found_deadline=self.not_found_deadline,
+            poll_interval=self.poll_interval,
+            max_poll_interval=self.max_poll_interval,
+            log=self.log,
+        )
+        while True:
+            try:
+                step = poller.step(await hook.aget_status(self.kickoff_id))
+            except CrewError as error:
+                step = poller.step(error)
+            if isinstance(step, WaitResult):
+                yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).model_dump(mode="json"))
+                return
+            await asyncio.sleep(step)

@@ -1,0 +1,160 @@
+"""Operators: bad input fails at DAG parse naming the parameter; events are validated; XCom is right.
+
+The real path (kickoff, wait, resume over HTTP inside real DAG runs) is in tests/integration.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+
+from airflow_provider_crew.exceptions import (
+    CrewConfigurationError,
+    CrewError,
+    CrewExecutionFailedError,
+    CrewExecutionNotFoundError,
+    CrewExecutionTimeoutError,
+)
+from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+
+KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
+
+
+class FakeTI:
+    def __init__(self) -> None:
+        self.xcom: dict[str, object] = {}
+        self.pulled: list[dict] = []
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+    def xcom_pull(self, **kwargs):
+        self.pulled.append(kwargs)
+        return self.xcom.get(f"pull:{kwargs.get('key')}")
+
+
+def kickoff(**kwargs) -> CrewKickoffOperator:
+    return CrewKickoffOperator(task_id="kickoff", **({"inputs": {"topic": "x"}} | kwargs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"inputs": ["topic"]}, "inputs must be a mapping of input name to value"),
+        ({"inputs": "topic=x"}, "inputs must be a mapping"),
+        ({"task_webhook_url": "ftp://h.test/t"}, "task_webhook_url must be an absolute http"),
+        ({"step_webhook_url": "hooks.example.test/step"}, "step_webhook_url must be an absolute http"),
+        ({"crew_webhook_url": "file:///tmp/x"}, "crew_webhook_url must be an absolute http"),
+        ({"human_input_webhook_url": "https://h.test/human"}, "human_input_webhook_url needs human_input_webhook_conn_id"),
+        ({"human_input_webhook_url": "mailto:x@y", "human_input_webhook_conn_id": "c"}, "human_input_webhook_url must be"),
+        ({"poll_interval": 0}, "poll_interval must be greater than 0"),
+        ({"poll_interval": -1}, "poll_interval must be greater than 0"),
+        ({"max_poll_interval": "fast"}, "max_poll_interval must be a number of seconds"),
+        ({"timeout": timedelta(0)}, "timeout must be greater than 0"),
+        ({"on_human_input": "ignore"}, "on_human_input='ignore' is not known; use one of return, fail, wait"),
+    ],
+)
+def test_kickoff_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
+    with pytest.raises(CrewConfigurationError, match=message):
+        kickoff(**kwargs)
+
+
+def test_templated_and_xcom_values_are_validated_at_task_start_not_parse():
+    op = kickoff(inputs="{{ params.inputs }}", task_webhook_url="{{ var.value.hook }}")
+    assert op.inputs == "{{ params.inputs }}"
+    op.inputs = ["rendered", "to", "a", "list"]
+    with pytest.raises(CrewConfigurationError, match="inputs must be a mapping"):
+        op.execute({"ti": FakeTI()})
+
+
+def test_deferrable_defaults_to_the_deployment_setting(monkeypatch):
+    import importlib
+
+    import airflow_provider_crew.operators.crew as module
+
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    assert importlib.reload(module).CrewKickoffOperator(task_id="k", inputs={}).deferrable is True
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
+    assert importlib.reload(module).CrewKickoffOperator(task_id="k", inputs={}).deferrable is False
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"is_approve": "yes"}, "is_approve must be True .* or False"),
+        ({"is_approve": 1}, "is_approve must be True"),
+        ({"is_approve": False, "human_feedback": "  "}, "human_feedback is empty but is_approve=False"),
+        ({"is_approve": True, "wait_for": "forever"}, "wait_for='forever' is not known"),
+        ({"is_approve": True, "poll_interval": 0}, "poll_interval must be greater than 0"),
+        ({"is_approve": True, "crew_webhook_url": "nope"}, "crew_webhook_url must be an absolute"),
+    ],
+)
+def test_resume_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
+    with pytest.raises(CrewConfigurationError, match=message):
+        CrewResumeOperator(task_id="resume", execution_id=KICKOFF_ID, crew_task_id="t", **kwargs)
+
+
+def test_resume_finds_the_kickoff_task_from_its_xcomarg():
+    from airflow.sdk import DAG
+
+    with DAG("d", schedule=None):
+        start = kickoff()
+        resume = CrewResumeOperator(task_id="resume", execution_id=start.output, crew_task_id="t", is_approve=True)
+    assert resume.kickoff_task_id == "kickoff"
+
+
+def event(status: str, record: dict | None = None, message: str = "m") -> dict:
+    return {"status": status, "kickoff_id": KICKOFF_ID, "message": message, "record": record}
+
+
+def test_execute_complete_pushes_output_and_status_and_returns_the_kickoff_id():
+    op, ti = kickoff(), FakeTI()
+    record = {"state": "SUCCESS", "result": "text", "result_json": {"answer": 42}}
+    assert op.execute_complete({"ti": ti}, event("succeeded", record)) == KICKOFF_ID
+    assert ti.xcom["output"] == {"answer": 42}
+    assert ti.xcom["status"] == record
+
+
+def test_execute_complete_on_pause_hands_the_paused_task_downstream():
+    op, ti = kickoff(), FakeTI()
+    record = {"state": "PAUSED", "status": "Pending Human Input",
+              "last_executed_task": {"task_id": "draft_task", "output": "draft v1"}}
+    assert op.execute_complete({"ti": ti}, event("paused", record)) == KICKOFF_ID
+    assert ti.xcom["human_input"] == {"execution_id": KICKOFF_ID, "task_id": "draft_task", "task_output": "draft v1"}
+
+
+def test_execute_complete_on_pause_fails_when_asked_to():
+    op = kickoff(on_human_input="fail")
+    record = {"state": "PAUSED", "last_executed_task": {"task_id": "draft_task", "output": "o"}}
+    with pytest.raises(CrewExecutionFailedError, match="paused for human input on task 'draft_task'"):
+        op.execute_complete({"ti": FakeTI()}, event("paused", record))
+
+
+@pytest.mark.parametrize(
+    ("evt", "error", "message"),
+    [
+        (event("failed", {"state": "FAILED", "error": "Agent crashed"}), CrewExecutionFailedError,
+         f"Crew execution {KICKOFF_ID} ended FAILED: Agent crashed"),
+        (event("failed", {"state": "REVOKED"}), CrewExecutionFailedError, "ended REVOKED"),
+        (event("not_found", None, "not found after grace"), CrewExecutionNotFoundError, "not found after grace"),
+        (event("timeout", None, "Timed out waiting"), CrewExecutionTimeoutError, "Timed out waiting"),
+        (event("error", None, "401 bad token"), CrewError, "401 bad token"),
+        ({"status": "weird", "kickoff_id": KICKOFF_ID, "message": ""}, CrewError, "Malformed crew status event"),
+        (None, CrewError, "Expected a crew status event"),
+    ],
+)
+def test_execute_complete_fails_clearly(evt, error, message):
+    with pytest.raises(error, match=message):
+        kickoff().execute_complete({"ti": FakeTI()}, evt)
+
+
+def test_kickoff_without_waiting_returns_the_id_and_pushes_it(crew_conn):
+    op, ti = kickoff(wait_for_completion=False, validate_inputs=False), FakeTI()
+    with mock.patch("airflow_provider_crew.hooks.crew.CrewHook.kickoff", return_value=KICKOFF_ID) as start:
+        assert op.execute({"ti": ti}) == KICKOFF_ID
+    start.assert_called_once()
+    assert ti.xcom["kickoff_id"] == KICKOFF_ID
+    assert ti.xcom["webhooks"] == {"kickoff_id": KICKOFF_ID, "task_webhook_url": None, "step_webhook_url": None,
+                                   "crew_webhook_url": None}

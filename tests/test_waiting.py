@@ -1,0 +1,135 @@
+"""The wait rules shared by the trigger and the blocking paths, driven with a fake clock."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from airflow_provider_crew.exceptions import (
+    CrewAuthenticationError,
+    CrewNotFoundError,
+    CrewServerError,
+    CrewTransportError,
+)
+from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, Poller, WaitFor, WaitResult, wait_blocking
+
+log = logging.getLogger("test")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def status(state: str, **fields) -> CrewStatus:
+    return CrewStatus.from_response({"state": state, **fields})
+
+
+def not_found() -> CrewNotFoundError:
+    return CrewNotFoundError("404", endpoint="GET /x/status", status_code=404)
+
+
+def run(responses, *, wait_for=WaitFor.COMPLETION, timeout=600.0, grace=60.0, clock=None):
+    clock = clock or FakeClock()
+    poller = Poller("k1", wait_for=wait_for, deadline=clock.now + timeout, not_found_deadline=clock.now + grace,
+                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+    feed = iter(responses)
+    calls: list[str] = []
+
+    def get_status(kickoff_id: str) -> CrewStatus:
+        calls.append(kickoff_id)
+        item = next(feed)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    return wait_blocking(poller, get_status, sleep=clock.sleep), calls, clock
+
+
+def test_waits_through_pending_and_running_to_success():
+    result, calls, _ = run([status("PENDING"), status("RUNNING"), status("SUCCESS", result="out")])
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.status.output == "out"
+    assert len(calls) == 3
+
+
+def test_a_pause_keeps_a_completion_wait_going_but_ends_a_human_input_wait():
+    paused = status("PAUSED", last_executed_task={"task_id": "t", "output": "o"})
+    result, calls, _ = run([paused, paused, status("SUCCESS")], wait_for=WaitFor.COMPLETION)
+    assert (result.outcome, len(calls)) == (Outcome.SUCCEEDED, 3)
+    result, calls, _ = run([status("RUNNING"), paused], wait_for=WaitFor.HUMAN_INPUT)
+    assert (result.outcome, result.status.paused_task_id, len(calls)) == (Outcome.PAUSED, "t", 2)
+
+
+@pytest.mark.parametrize("state", ["FAILED", "REVOKED"])
+def test_failure_ends_any_wait(state):
+    result, _, _ = run([status(state, error="broke")], wait_for=WaitFor.HUMAN_INPUT)
+    assert result.outcome is Outcome.FAILED
+    assert result.status.error == "broke"
+
+
+def test_404s_are_tolerated_within_the_grace_window_then_reported():
+    result, calls, _ = run([not_found(), not_found(), status("SUCCESS")], grace=60)
+    assert (result.outcome, len(calls)) == (Outcome.SUCCEEDED, 3)
+    result, _, clock = run([not_found()] * 100, grace=10)
+    assert result.outcome is Outcome.NOT_FOUND
+    assert "not found" in result.message
+    assert clock.now >= 1010
+
+
+def test_transient_errors_keep_polling_and_permanent_ones_end_the_wait():
+    transient = [CrewTransportError("down"), CrewServerError("500", endpoint="e", status_code=500)]
+    result, calls, _ = run([*transient, status("SUCCESS")])
+    assert (result.outcome, len(calls)) == (Outcome.SUCCEEDED, 3)
+    result, calls, _ = run([CrewAuthenticationError("401", endpoint="e", status_code=401), status("SUCCESS")])
+    assert (result.outcome, len(calls)) == (Outcome.ERROR, 1)
+
+
+def test_timeout_reports_the_last_status_seen_and_never_sleeps_past_the_deadline():
+    result, _, clock = run([status("RUNNING", progress={"completed": 1, "total": 3})] * 1000, timeout=30)
+    assert result.outcome is Outcome.TIMEOUT
+    assert "last seen: RUNNING - task 2 of 3" in result.message
+    assert clock.now == pytest.approx(1030)
+
+
+def test_poll_interval_grows_with_jitter_up_to_the_maximum_and_resets_on_change():
+    clock = FakeClock()
+    poller = Poller("k", wait_for=WaitFor.COMPLETION, deadline=clock.now + 10_000, not_found_deadline=0,
+                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+    delays = [poller.step(status("RUNNING")) for _ in range(12)]
+    assert delays[0] == 2.0
+    assert all(isinstance(d, float) and d <= 15.0 for d in delays)
+    assert delays[-1] >= 12.0  # grown close to the cap (jitter takes at most 20% off)
+    assert poller.step(status("PAUSED")) == 2.0  # a state change resets it
+
+
+def test_state_changes_are_logged_once_not_per_poll(caplog):
+    with caplog.at_level(logging.INFO, logger="test"):
+        run([status("RUNNING")] * 5 + [status("SUCCESS")])
+    lines = [r.getMessage() for r in caplog.records if r.name == "test"]
+    assert lines == ["Crew execution k1: RUNNING", "Crew execution k1: SUCCESS"]
+
+
+def test_event_round_trip_and_validation():
+    result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", status=status("SUCCESS", result="r"))
+    payload = CrewWaitEvent.from_result("k1", result).model_dump(mode="json")
+    assert payload == {"status": "succeeded", "kickoff_id": "k1", "message": "ok",
+                       "record": {"state": "SUCCESS", "result": "r"}}
+    back = CrewWaitEvent.parse(payload).to_result()
+    assert (back.outcome, back.status.output) == (Outcome.SUCCEEDED, "r")
+    for bad in (None, "x", {"status": "exploded", "kickoff_id": "k", "message": ""}, {"kickoff_id": "k"}):
+        with pytest.raises(Exception, match="crew status event"):
+            CrewWaitEvent.parse(bad)
+
+
+def test_unknown_wait_target_is_named():
+    with pytest.raises(ValueError, match="wait_for='forever' is not known; use one of 'completion', 'human_input'"):
+        WaitFor.parse("forever")

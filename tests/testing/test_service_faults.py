@@ -1,0 +1,312 @@
+"""Every fault knob, through the Python handle and the HTTP control API, and its counters."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from airflow_provider_crew.testing import FaultRule, LocalCrewService, RemoteCrewService
+from airflow_provider_crew.testing.handle import ControlAPIError
+
+from ._helpers import Api, crew, task
+
+pytestmark = pytest.mark.crew_service("research", "review", speed=10)
+
+INPUTS = {"topic": "AI", "current_year": "2025"}
+
+
+def test_latency_delays_matching_requests(api: Api, crew_service: LocalCrewService) -> None:
+    rule = crew_service.faults.latency(0.3, endpoint="inputs")
+    started = time.monotonic()
+    assert api.get("/inputs").status_code == 200
+    assert time.monotonic() - started >= 0.3
+    assert api.get("/").status_code == 200  # other endpoints untouched
+    assert crew_service.faults.counts == {"latency": 1}
+    assert crew_service.faults.rules[0]["fired"] == 1 and rule["count"] is None
+
+
+def test_slow_first_call_delays_only_the_first_request(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.slow_first(0.3)
+    started = time.monotonic()
+    assert api.get("/").status_code == 200
+    assert time.monotonic() - started >= 0.3
+    assert api.get("/").status_code == 200
+    assert crew_service.faults.counts == {"slow_first": 1}
+    assert crew_service.faults.rules[0]["remaining"] == 0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_error_responses_with_retry_after_then_recovery(
+    api: Api, crew_service: LocalCrewService, status: int
+) -> None:
+    crew_service.faults.error(status, count=2, endpoint="kickoff", retry_after=2)
+    for _ in range(2):
+        resp = api.post("/kickoff", {"inputs": INPUTS})
+        assert resp.status_code == status
+        assert resp.headers["retry-after"] == "2"
+        body = resp.json()
+        assert body["error"] == ("Too Many Requests" if status == 429 else "Service Unavailable")
+        assert "retry after 2 s" in body["message"]
+    kickoff_id = api.kickoff(INPUTS)
+    assert list(crew_service.executions) == [kickoff_id]  # the refused kickoffs started nothing
+    counters = crew_service.counters
+    assert counters["requests"]["kickoff"] == 3
+    assert counters["responses"]["kickoff"] == {str(status): 2, "200": 1}
+    assert counters["faults"] == {f"error_{status}": 2}
+
+
+def test_error_faults_answer_before_authentication(crew_service: LocalCrewService) -> None:
+    crew_service.faults.unavailable(count=1, retry_after=0.5)
+    resp = requests.get(crew_service.base_url + "/inputs", timeout=10)  # no token at all
+    assert resp.status_code == 503
+    assert resp.headers["retry-after"] == "0.5"  # fractions only when a test asks for them
+    assert requests.get(crew_service.base_url + "/inputs", timeout=10).status_code == 401
+
+
+def test_status_404_on_first_polls_of_each_new_execution(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.status_404(polls=2)
+    for _ in range(2):
+        kickoff_id = api.kickoff(INPUTS)
+        first, second = api.get(f"/{kickoff_id}/status"), api.get(f"/status/{kickoff_id}")
+        assert (first.status_code, second.status_code) == (404, 404)
+        assert first.json() == {"error": "Not Found", "message": f"Execution {kickoff_id} not found"}
+        assert api.get(f"/{kickoff_id}/status").status_code == 200
+    assert crew_service.faults.counts == {"status_404": 4}
+    assert crew_service.counters["responses"]["status"] == {"404": 4, "200": 2}
+
+
+def test_drop_before_resets_without_acting(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.drop_before("kickoff")
+    with pytest.raises(requests.ConnectionError):
+        api.post("/kickoff", {"inputs": INPUTS})
+    assert crew_service.executions == {}
+    counters = crew_service.counters
+    assert counters["requests"]["kickoff"] == 1
+    assert counters["responses"]["kickoff"] == {"dropped": 1}
+    assert counters["faults"] == {"drop_before": 1}
+    api.kickoff(INPUTS)  # once only
+    assert len(crew_service.executions) == 1
+
+
+def test_drop_after_acts_then_resets(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.drop_after("kickoff")
+    with pytest.raises(requests.ConnectionError):
+        api.post("/kickoff", {"inputs": INPUTS})
+    # the client saw no answer, yet exactly one execution was started and runs to the end
+    executions = crew_service.executions
+    assert len(executions) == 1
+    (kickoff_id,) = executions
+    assert crew_service.wait_for_state(kickoff_id)["state"] == "SUCCESS"
+    counters = crew_service.counters
+    assert counters["requests"]["kickoff"] == 1
+    assert counters["faults"] == {"drop_after": 1}
+
+
+def test_drop_after_on_resume_applies_the_feedback(crew_service: LocalCrewService) -> None:
+    review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
+    kickoff_id = review.kickoff(
+        {"topic": "AI"}, humanInputWebhook={"url": crew_service.webhooks.url_for("h")}
+    )
+    note = crew_service.webhooks.wait_for_count("h", 1)[0].json
+    crew_service.faults.drop_after("resume")
+    with pytest.raises(requests.ConnectionError):
+        review.resume(kickoff_id, note["task_id"], "approved", True)
+    assert crew_service.wait_for_state(kickoff_id)["feedback"][0]["feedback"] == "approved"
+
+
+def test_html_500(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.html_500(count=1, endpoint="status")
+    kickoff_id = api.kickoff(INPUTS)
+    resp = api.get(f"/{kickoff_id}/status")
+    assert resp.status_code == 500
+    assert resp.headers["content-type"].startswith("text/html")
+    assert resp.text.startswith("<!DOCTYPE html>")
+    assert api.get(f"/{kickoff_id}/status").status_code == 200
+    assert crew_service.faults.counts == {"html_500": 1}
+
+
+def test_faults_can_target_one_crew(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.error(503, count=None, endpoint="kickoff", crew="review")
+    review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
+    assert review.post("/kickoff", {"inputs": {"topic": "AI"}}).status_code == 503
+    assert review.post("/kickoff", {"inputs": {"topic": "AI"}}).status_code == 503  # unlimited
+    api.kickoff(INPUTS)  # the root crew is not affected
+    crew_service.faults.clear()
+    review.kickoff({"topic": "AI"})
+    assert crew_service.faults.counts == {"error_503": 2}
+
+
+def test_rules_can_be_removed_one_by_one(api: Api, crew_service: LocalCrewService) -> None:
+    first = crew_service.faults.rate_limit(count=5, endpoint="inputs")
+    crew_service.faults.html_500(count=5, endpoint="health")
+    crew_service.faults.remove(first["id"])
+    assert api.get("/inputs").status_code == 200
+    assert api.get("/").status_code == 500
+    assert [r["kind"] for r in crew_service.faults.rules] == ["html_500"]
+    with pytest.raises(KeyError):
+        crew_service.faults.remove(999)
+
+
+def test_faults_given_at_start_and_in_crew_files() -> None:
+    flaky = crew(
+        "flaky", task("one"), faults=[{"kind": "error", "status": 429, "endpoint": "kickoff", "count": 1}]
+    )
+    with LocalCrewService(
+        ["research", flaky],
+        faults=[FaultRule("html_500", "inputs", 1), {"kind": "status_404", "count": 1}],
+        speed=10,
+    ) as service:
+        root = Api(service)
+        assert root.get("/inputs").status_code == 500
+        kickoff_id = root.kickoff(INPUTS)  # the crew-file fault is scoped to crew "flaky"
+        assert root.get(f"/{kickoff_id}/status").status_code == 404
+        assert root.get(f"/{kickoff_id}/status").status_code == 200
+        flaky_api = Api(service, base_url=service.url_for_crew("flaky"))
+        assert flaky_api.post("/kickoff", {"inputs": {"topic": "x"}}).status_code == 429
+        flaky_api.kickoff({"topic": "x"})
+        assert service.faults.counts == {"html_500": 1, "status_404": 1, "error_429": 1}
+        assert {r["crew"] for r in service.faults.rules} == {None, "flaky"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"kind": "nope"}, "unknown fault kind"),
+        ({"kind": "error", "endpoint": "everything"}, "unknown endpoint"),
+        ({"kind": "latency"}, "latency needs seconds > 0"),
+        ({"kind": "error", "status": 200}, "HTTP error code"),
+        ({"kind": "status_404", "count": None}, "needs a count"),
+        ({"kind": "error", "colour": "red"}, "unknown fault fields"),
+        ({"endpoint": "status"}, "needs a 'kind'"),
+    ],
+)
+def test_invalid_fault_rules_are_refused(data: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FaultRule.from_dict(data)
+
+
+# -- the same knobs over the HTTP control API, as a test would steer a separately running service
+
+
+@pytest.fixture
+def remote(crew_service: LocalCrewService) -> RemoteCrewService:
+    return RemoteCrewService(crew_service.base_url, crew_service.org_token, crew_service.user_token)
+
+
+def test_control_api_faults_and_counters(api: Api, remote: RemoteCrewService) -> None:
+    added = remote.faults.rate_limit(count=1, endpoint="kickoff", retry_after=3)
+    assert added["kind"] == "error" and added["status"] == 429 and added["id"] >= 1
+    remote.faults.drop_after("status", count=1)
+    remote.faults.latency(0.05, endpoint="health", count=1)
+    remote.faults.slow_first(0.05, endpoint="inputs")
+    remote.faults.html_500(count=1, endpoint="resume")
+    remote.faults.status_404(polls=1)
+    remote.faults.drop_before("health", count=1)
+    assert len(remote.faults.rules) == 7
+
+    assert api.post("/kickoff", {"inputs": INPUTS}).headers["retry-after"] == "3"
+    kickoff_id = api.kickoff(INPUTS)
+    with pytest.raises(requests.ConnectionError):
+        api.get(f"/{kickoff_id}/status")  # the hidden-poll 404 is produced, then dropped
+    assert api.get(f"/{kickoff_id}/status").status_code == 200
+    with pytest.raises(requests.ConnectionError):
+        api.get("/")
+    assert api.get("/").status_code == 200
+    assert api.get("/inputs").status_code == 200
+    assert api.post("/resume", {}).status_code == 500
+
+    counters = remote.counters
+    assert counters["requests"] == {
+        "health": 2,
+        "inputs": 1,
+        "kickoff": 2,
+        "status": 2,
+        "resume": 1,
+        "other": 0,
+    }
+    assert counters["faults"] == {
+        "error_429": 1,
+        "drop_after": 1,
+        "latency": 1,
+        "slow_first": 1,
+        "html_500": 1,
+        "status_404": 1,
+        "drop_before": 1,
+    }
+    assert remote.faults.counts == counters["faults"]
+    remote.faults.clear()
+    assert remote.faults.rules == []
+
+
+def test_control_api_executions_webhooks_config_and_reset(
+    crew_service: LocalCrewService, remote: RemoteCrewService
+) -> None:
+    review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
+    hook = {"url": crew_service.webhooks.url_for("human")}
+    kickoff_id = review.kickoff({"topic": "AI"}, humanInputWebhook=hook)
+    note = crew_service.webhooks.wait_for_count("human", 1)[0].json
+    review.resume(kickoff_id, note["task_id"], "needs a chart", False)
+    crew_service.webhooks.wait_for_count("human", 2)
+
+    snapshot = remote.execution(kickoff_id)
+    assert snapshot["crew"] == "review" and snapshot["state"] == "PAUSED"
+    assert [f["feedback"] for f in snapshot["feedback"]] == ["needs a chart"]
+    assert snapshot["paused_task_id"] == note["task_id"]
+    assert list(remote.executions) == [kickoff_id]
+    with pytest.raises(KeyError):
+        remote.execution("nope")
+
+    deliveries = remote.wait_for_deliveries(lambda ds: ds if len(ds) == 2 else None)
+    assert [(d["kind"], d["ok"]) for d in deliveries] == [("human_input", True)] * 2
+    assert deliveries[1]["payload"]["task_output"].endswith("feedback: needs a chart")
+
+    config = remote.configure(status_path="deployed", speed=20)
+    assert config == {
+        "status_path": "deployed",
+        "speed": 20.0,
+        "root_crew": "research",
+        "crews": ["research", "review"],
+    }
+    crews = remote.control.call("GET", "crews")
+    assert crews["root"] == "research"
+    assert [c["name"] for c in crews["crews"]] == ["research", "review"]
+    assert "POST /_control/reset" in remote.control.call("GET", "")["routes"]
+
+    remote.faults.rate_limit(count=2)
+    assert review.get("/").status_code == 429
+    assert remote.faults.counts == {"error_429": 1}
+    remote.reset()
+    assert remote.executions == {}
+    assert remote.webhook_deliveries == []
+    assert remote.faults.rules == [] and remote.faults.counts == {}
+    assert remote.counters["requests"]["kickoff"] == 0
+
+
+def test_control_api_needs_the_organization_token(crew_service: LocalCrewService) -> None:
+    url = crew_service.base_url + "/_control/counters"
+    assert requests.get(url, timeout=10).status_code == 401
+    user = requests.get(url, headers=crew_service.auth_headers("user"), timeout=10)
+    assert user.status_code == 403
+    assert user.json()["error"] == "Forbidden"
+    assert requests.get(url, headers=crew_service.auth_headers("org"), timeout=10).status_code == 200
+    # control traffic is not counted as client traffic
+    assert crew_service.counters["requests"] == dict.fromkeys(
+        ("health", "inputs", "kickoff", "status", "resume", "other"), 0
+    )
+
+
+def test_control_api_refuses_bad_input(remote: RemoteCrewService) -> None:
+    with pytest.raises(ControlAPIError) as bad_rule:
+        remote.faults.add({"kind": "latency", "seconds": -1})
+    assert bad_rule.value.status == 400
+    with pytest.raises(ControlAPIError) as bad_config:
+        remote.configure(status_path="sideways")
+    assert bad_config.value.status == 400
+    with pytest.raises(ControlAPIError) as unknown:
+        remote.control.call("GET", "nothing-here")
+    assert unknown.value.status == 404
+    with pytest.raises(ControlAPIError) as missing_rule:
+        remote.faults.remove(12345)
+    assert missing_rule.value.status == 404
