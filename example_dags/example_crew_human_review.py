@@ -1,0 +1,92 @@
+"""A human-review loop: the crew drafts, a reviewer asks for changes, the crew redrafts, the reviewer
+approves, the crew finishes.
+
+kickoff (returns at the pause) -> request changes (waits for the next pause) -> approve (waits for
+completion) -> publish. Here the "reviewer" is DAG code; CrewHumanReviewOperator puts a person in
+the Airflow UI instead.
+
+Connections:
+- ``crew_review``: the crew (host = base URL, password = bearer token).
+- ``crew_review_webhook``: where the service announces the pause (host = URL) and the credential
+  it must send there (password = bearer token; or login + password for basic auth). Tasks that
+  require human input only pause when such a webhook is given.
+Set ``CREW_EXAMPLE_WEBHOOK_BASE`` to also receive task, step and crew notifications; the resume
+tasks carry those addresses over (the service forgets them at resume, contract rule 4.2).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import DAG, XComArg, task
+
+from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+
+WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")
+NOTIFICATIONS = (
+    {
+        kind: f"{WEBHOOK_BASE}/{kind.split('_')[0]}"
+        for kind in ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
+    }
+    if WEBHOOK_BASE
+    else {}
+)
+
+with DAG(
+    dag_id="example_crew_human_review",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"topic": "data contracts", "feedback": "Add a section on schema evolution."},
+    tags=["example", "crew", "human-review"],
+) as dag:
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff",
+        crew_conn_id="crew_review",
+        inputs={"topic": "{{ params.topic }}", "audience": "data engineers"},
+        human_input_webhook_conn_id="crew_review_webhook",
+        on_human_input="return",  # finish at the pause; the paused task goes to XCom 'human_input'
+        poll_interval=1,
+        **NOTIFICATIONS,
+    )
+
+    request_changes = CrewResumeOperator(
+        task_id="request_changes",
+        crew_conn_id="crew_review",
+        execution_id=kickoff.output,
+        crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
+        human_feedback="{{ params.feedback }}",
+        is_approve=False,
+        wait_for="human_input",  # the crew redoes the task with the feedback, then pauses again
+        poll_interval=1,
+    )
+
+    approve = CrewResumeOperator(
+        task_id="approve",
+        crew_conn_id="crew_review",
+        execution_id=kickoff.output,
+        crew_task_id="{{ ti.xcom_pull(task_ids='request_changes', key='human_input')['task_id'] }}",
+        human_feedback="Approved, publish it.",
+        is_approve=True,
+        wait_for="completion",
+        poll_interval=1,
+    )
+
+    @task
+    def publish(first_draft: dict, second_draft: dict, final_output: str) -> str:
+        print(f"First draft:\n{first_draft['task_output']}\n")
+        print(f"Second draft (after feedback):\n{second_draft['task_output']}\n")
+        print(f"Final output:\n{final_output}")
+        return final_output
+
+    kickoff >> request_changes >> approve
+    publish(
+        XComArg(kickoff, key="human_input"),
+        XComArg(request_changes, key="human_input"),
+        XComArg(approve, key="output"),
+    )
+
+
+if __name__ == "__main__":
+    dag.test()

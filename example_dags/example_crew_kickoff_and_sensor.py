@@ -1,0 +1,47 @@
+"""Start a crew, wait for it with a (deferrable) sensor, use its output downstream.
+
+Connection ``crew_default``: host = the crew's base URL, password = its bearer token.
+``deferrable`` follows ``[operators] default_deferrable``, like Airflow's own operators.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.sensors.crew import CrewStatusSensor
+
+with DAG(
+    dag_id="example_crew_kickoff_and_sensor",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"topic": "tidal energy", "current_year": "2026"},
+    tags=["example", "crew"],
+) as dag:
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff",
+        crew_conn_id="crew_default",
+        inputs={"topic": "{{ params.topic }}", "current_year": "{{ params.current_year }}"},
+        wait_for_completion=False,  # the sensor below waits
+    )
+
+    wait = CrewStatusSensor(
+        task_id="wait_for_crew",
+        crew_conn_id="crew_default",
+        kickoff_id=kickoff.output,
+        poke_interval=1,
+        timeout=600,
+    )
+
+    @task
+    def report(output: str) -> str:
+        print(f"Crew output:\n{output}")
+        return output
+
+    report(wait.output)
+
+
+if __name__ == "__main__":
+    dag.test()

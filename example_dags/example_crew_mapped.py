@@ -1,0 +1,36 @@
+"""Fan out: one crew execution per topic with ``.expand``, then collect every output."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, XComArg, task
+
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+
+TOPICS = ["tides", "glaciers", "volcanoes"]
+
+with DAG(
+    dag_id="example_crew_mapped",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["example", "crew"],
+) as dag:
+    research = CrewKickoffOperator.partial(
+        task_id="research",
+        crew_conn_id="crew_default",
+        poll_interval=1,
+    ).expand(inputs=[{"topic": topic, "current_year": "2026"} for topic in TOPICS])
+
+    @task
+    def collect(outputs: list[str]) -> dict[str, str]:
+        collected = dict(zip(TOPICS, outputs, strict=True))
+        for topic, output in collected.items():
+            print(f"{topic}: {output[:200]}")
+        return collected
+
+    collect(XComArg(research, key="output"))
+
+
+if __name__ == "__main__":
+    dag.test()

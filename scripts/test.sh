@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up the environment if needed and run the whole test suite (unit, local-service conformance,
+# real DAG runs against the local crew service). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+bash scripts/setup.sh >/dev/null
+exec "$VENV/bin/python" -m pytest "$@"

@@ -1,0 +1,103 @@
+"""Every example DAG, run for real, in deferrable and in blocking mode, asserting its outputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_crew.testing.dag_runs import DEFAULT_HUMAN_WEBHOOK_TOKEN as HUMAN_WEBHOOK_TOKEN
+
+pytestmark = pytest.mark.integration
+
+MODES = [pytest.param(True, id="deferrable"), pytest.param(False, id="blocking")]
+
+
+def assert_waited_as_configured(run, deferrable: bool) -> None:
+    """Deferrable runs wait in CrewStatusTrigger; blocking runs never defer."""
+    deferred = "CrewStatusTrigger" in run.stdout
+    assert deferred is deferrable, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
+    run = run_dag("example_crew_kickoff_and_sensor", deferrable=deferrable)
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert_waited_as_configured(run, deferrable)
+    kickoff_id = run.xcom("kickoff")
+    execution = crew_service.executions[kickoff_id]
+    assert execution["state"] == "SUCCESS"
+    assert execution["inputs"] == {"topic": "tidal energy", "current_year": "2026"}
+    output = run.xcom("report")
+    assert output == run.xcom("wait_for_crew", key="output") == execution["result"]
+    assert "tidal energy" in output
+    assert crew_service.request_count("kickoff") == 1
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, deferrable):
+    receiver = crew_service.webhooks
+    run = run_dag(
+        "example_crew_human_review",
+        deferrable=deferrable,
+        extra_env={"CREW_EXAMPLE_WEBHOOK_BASE": receiver.url_for("").rstrip("/")},
+    )
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert_waited_as_configured(run, deferrable)
+    kickoff_id = run.xcom("kickoff")
+    execution = crew_service.executions[kickoff_id]
+    first, second = run.xcom("kickoff", key="human_input"), run.xcom("request_changes", key="human_input")
+    assert first["execution_id"] == second["execution_id"] == kickoff_id
+    assert first["task_id"] == second["task_id"] == execution["task_ids"]["draft_task"]
+    feedback = "Add a section on schema evolution."
+    assert feedback not in first["task_output"]
+    assert feedback in second["task_output"]  # the crew retried the task with the feedback
+    final = run.xcom("publish")
+    assert final == run.xcom("approve", key="output")
+    assert feedback in final  # feedback stays context for later tasks
+
+    assert execution["state"] == "SUCCESS"
+    assert [(f["is_approve"], f["feedback"]) for f in execution["feedback"]] == [
+        (False, feedback),
+        (True, "Approved, publish it."),
+    ]
+
+    # The service notified the human-input webhook twice, with the bearer token from the connection.
+    human = receiver.wait_for_count("human", 2, timeout=10)
+    assert {r.authorization for r in human} == {f"Bearer {HUMAN_WEBHOOK_TOKEN}"}
+    # Contract rule 4.2: webhooks are forgotten at resume unless re-supplied. The resume tasks carried
+    # them over, so the task after the last resume and the crew completion were still notified.
+    tasks_after_approval = receiver.wait_for(
+        lambda got: [r for r in got if r.kind == "task" and r.json.get("name") == "publish_task"], timeout=10
+    )
+    assert tasks_after_approval[0].json["kickoff_id"] == kickoff_id
+    crew_done = receiver.wait_for_count("crew", 1, timeout=10)
+    assert crew_done[0].json["kickoff_id"] == kickoff_id
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_mapped_fan_out(run_dag, crew_service, deferrable):
+    run = run_dag("example_crew_mapped", deferrable=deferrable)
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert_waited_as_configured(run, deferrable)
+    collected = run.xcom("collect")
+    assert sorted(collected) == ["glaciers", "tides", "volcanoes"]
+    for index, topic in enumerate(["tides", "glaciers", "volcanoes"]):
+        kickoff_id = run.xcom("research", map_index=index)
+        assert crew_service.executions[kickoff_id]["inputs"]["topic"] == topic
+        assert collected[topic] == run.xcom("research", key="output", map_index=index)
+        assert topic in collected[topic]
+    assert crew_service.request_count("kickoff") == 3
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_taskflow_structured_output(run_dag, crew_service, deferrable):
+    run = run_dag("example_crew_taskflow", deferrable=deferrable)
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert_waited_as_configured(run, deferrable)
+    output = run.xcom("analysis", key="output")
+    assert isinstance(output, dict)  # result_json arrives as a structure, not a string
+    assert (output["company"], output["quarter"]) == ("Acme Heat Pumps", "Q3")
+    assert run.xcom("summarise").startswith("based_on=")
