@@ -1,0 +1,35 @@
+"""DAGs that exercise retries around a started execution (used by tests/integration/test_retries.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+
+DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=1)}
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+with DAG("crew_retry_reattach", schedule=None, start_date=START, catchup=False, default_args=DEFAULTS):
+    # The first try times out while the status endpoint is unavailable; the retry must find the
+    # execution the first try started instead of starting a second one.
+    CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "retries", "current_year": "2026"},
+        timeout=3,
+        poll_interval=0.5,
+        max_poll_interval=0.5,
+        deferrable=False,
+    )
+
+with DAG("crew_kickoff_outcome_unknown", schedule=None, start_date=START, catchup=False,
+         default_args={"retries": 2, "retry_delay": timedelta(seconds=1)}):
+    # The service starts the execution but the connection drops before the answer: the task must
+    # fail without using its retries, so no second execution is started.
+    CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "dropped", "current_year": "2026"},
+        deferrable=False,
+    )

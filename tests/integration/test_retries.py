@@ -1,0 +1,58 @@
+"""An execution that started is never started twice by a retry, in real DAG runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS
+from airflow_provider_crew.testing.dag_runs import airflow_env, dags_test, migrate_db
+
+pytestmark = pytest.mark.integration
+
+DAGS = Path(__file__).parent / "dags"
+
+
+@pytest.fixture(scope="module")
+def retries_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("airflow-home-retries")
+    migrate_db(airflow_env(home, DAGS))
+    return home
+
+
+def run(home: Path, crew_service, dag_id: str, *, check: bool = True):
+    env = airflow_env(home, DAGS)
+    # No HTTP-level retries: each poll is one request, so the fault counts below are exact.
+    env.update(crew_service.connection_env("crew_default", retry_limit=0))
+    return dags_test(dag_id, env, check=check)
+
+
+def test_a_retry_reattaches_to_the_execution_instead_of_starting_another(retries_home, crew_service):
+    crew_service.faults.unavailable(count=8, endpoint="status")
+
+    result = run(retries_home, crew_service, "crew_retry_reattach")
+
+    assert result.state == "success", result.stdout[-4000:]
+    assert result.task_states() == {("kickoff", -1): "success"}
+    assert "Timed out waiting for crew execution" in result.stdout  # the first try failed after kickoff
+    if AIRFLOW_V_3_3_PLUS:
+        assert crew_service.request_count("kickoff") == 1
+        assert "Reattaching to crew execution" in result.stdout
+        (kickoff_id,) = crew_service.executions
+        assert result.xcom("kickoff") == kickoff_id
+    else:
+        # Documented limit: no task state store before 3.3, so the retry starts a new execution.
+        assert crew_service.request_count("kickoff") == 2
+
+
+def test_a_kickoff_whose_outcome_is_unknown_fails_without_retry(retries_home, crew_service):
+    crew_service.faults.drop_after(endpoint="kickoff", count=1)
+
+    result = run(retries_home, crew_service, "crew_kickoff_outcome_unknown", check=False)
+
+    assert result.state == "failed"
+    assert result.task_states() == {("kickoff", -1): "failed"}
+    assert "outcome is unknown" in result.stdout and "Failing without retry" in result.stdout
+    assert crew_service.request_count("kickoff") == 1
+    assert len(crew_service.executions) == 1  # started once, by the dropped request, and never again
