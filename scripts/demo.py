@@ -24,7 +24,9 @@ DAG_ID = "example_crew_human_review"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--blocking", action="store_true", help="wait in the worker instead of deferring")
-    parser.add_argument("--home", type=Path, default=REPO / ".demo" / "airflow", help="AIRFLOW_HOME to (re)create")
+    parser.add_argument(
+        "--home", type=Path, default=REPO / ".demo" / "airflow", help="AIRFLOW_HOME to (re)create"
+    )
     args = parser.parse_args()
 
     shutil.rmtree(args.home, ignore_errors=True)

@@ -139,7 +139,7 @@ def _learn_status_style(config: CrewConnectionConfig, style: StatusPathStyle, re
             log.info(
                 "Crew service at %s answers status at %s",
                 config.base_url,
-                _status_path("{kickoff_id}", style),
+                "/status/{kickoff_id}" if style is StatusPathStyle.DEPLOYED else "/{kickoff_id}/status",
             )
         _learned_status_styles[config.base_url] = style
 

@@ -1,0 +1,109 @@
+"""Operators over real HTTP against the local crew service, called directly (no scheduler)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator, _human_input_webhook
+
+pytestmark = pytest.mark.integration
+
+
+class FakeTI:
+    def __init__(self, pulls: dict | None = None) -> None:
+        self.xcom: dict[str, object] = {}
+        self.pulls = pulls or {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value", **_):
+        return self.pulls.get((task_ids, key))
+
+
+def test_validate_inputs_names_missing_and_unknown_keys_and_starts_nothing(crew_service, crew_connection):
+    op = CrewKickoffOperator(task_id="k", inputs={"topic": "x", "year": "2026"}, deferrable=False)
+    with pytest.raises(CrewConfigurationError) as caught:
+        op.execute({"ti": FakeTI()})
+    message = str(caught.value)
+    assert "missing ['current_year']" in message and "unknown ['year']" in message
+    assert "Nothing was started" in message
+    assert crew_service.request_count("kickoff") == 0
+
+
+def test_kickoff_waits_blocking_and_pushes_output_status_and_id(crew_service, crew_connection):
+    op = CrewKickoffOperator(task_id="k", inputs={"topic": "ops", "current_year": "2026"}, deferrable=False,
+                             poll_interval=0.1)
+    ti = FakeTI()
+    kickoff_id = op.execute({"ti": ti})
+    assert ti.xcom["kickoff_id"] == kickoff_id
+    assert ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+    assert ti.xcom["status"]["state"] == "SUCCESS"
+
+
+def test_resume_of_an_execution_that_is_not_paused_says_its_current_state(crew_service, crew_connection):
+    kickoff_id = CrewHook().kickoff({"topic": "x", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    op = CrewResumeOperator(task_id="r", execution_id=kickoff_id, crew_task_id="research_task",
+                            human_feedback="ok", is_approve=True, carry_over_webhooks=False)
+    with pytest.raises(CrewBadRequestError, match=f"{kickoff_id} could not be resumed: it is not waiting for human input \\(current state: SUCCESS"):
+        op.execute({"ti": FakeTI()})
+
+
+def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(crew_service, crew_webhooks, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
+    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps(
+        {"conn_type": "http", "host": crew_webhooks.url_for("human"), "login": "reviewer", "password": "basic-s3cret"}))
+    kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "t", "audience": "a"},
+                                  human_input_webhook_conn_id="human_hook", task_webhook_url=crew_webhooks.url_for("task"),
+                                  crew_webhook_url=crew_webhooks.url_for("kickoff-crew"), deferrable=False, poll_interval=0.1)
+    ti = FakeTI()
+    kickoff_id = kickoff.execute({"ti": ti})
+    assert ti.xcom["human_input"]["execution_id"] == kickoff_id
+    assert crew_webhooks.wait_for_count("human", 1)[0].authorization.startswith("Basic ")
+
+    resume = CrewResumeOperator(task_id="approve", execution_id=kickoff_id, kickoff_task_id="kickoff",
+                                crew_task_id=ti.xcom["human_input"]["task_id"], is_approve=True,
+                                crew_webhook_url=crew_webhooks.url_for("resume-crew"), wait_for="completion",
+                                deferrable=False, poll_interval=0.1)
+    resume_ti = FakeTI(pulls={("kickoff", "webhooks"): ti.xcom["webhooks"]})
+    summary = resume.execute({"ti": resume_ti})
+
+    assert summary["outcome"] == "succeeded"
+    assert crew_service.executions[kickoff_id]["webhooks"] == {
+        "task": crew_webhooks.url_for("task"),  # carried over from the kickoff
+        "step": None,
+        "crew": crew_webhooks.url_for("resume-crew"),  # given explicitly: wins
+    }
+    crew_webhooks.wait_for_count("resume-crew", 1)
+    assert crew_webhooks.of_kind("kickoff-crew") == []
+    assert resume_ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+
+
+@pytest.mark.parametrize(("conn", "message"), [
+    ({"conn_type": "http", "host": "https://h.test/x"}, "has no password"),
+    ({"conn_type": "http", "host": "https://h.test/x", "password": "p4ssw0rd-x", "extra": {"strategy": "basic"}},
+     "strategy 'basic' needs the connection's login"),
+    ({"conn_type": "http", "host": "https://h.test/x", "password": "p4ssw0rd-x", "extra": {"strategy": "digest"}},
+     "extra 'strategy' is 'digest'"),
+    ({"conn_type": "http", "password": "p4ssw0rd-x"}, "No human-input webhook URL"),
+    ({"conn_type": "http", "host": "ftp://h.test/x", "password": "p4ssw0rd-x"}, "is not a valid human-input webhook"),
+])
+def test_human_input_webhook_connection_of_the_wrong_shape_is_named(monkeypatch, conn, message):
+    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps(conn))
+    with pytest.raises(CrewConfigurationError, match=message) as caught:
+        _human_input_webhook(None, "human_hook")
+    assert "p4ssw0rd-x" not in str(caught.value)
+
+
+def test_human_input_webhook_from_connection_bearer_and_basic(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "host": "https://h.test/x", "password": "tok-123456"}))
+    bearer = _human_input_webhook(None, "human_hook").to_wire()
+    assert bearer == {"url": "https://h.test/x", "authentication": {"strategy": "bearer", "token": "tok-123456"}}
+    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "login": "u", "password": "pw-123456"}))
+    basic = _human_input_webhook("https://other.test/h", "human_hook").to_wire()
+    assert basic == {"url": "https://other.test/h", "authentication": {"strategy": "basic", "username": "u", "password": "pw-123456"}}
