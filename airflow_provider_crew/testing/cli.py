@@ -175,7 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     def announce(base_url: str) -> None:
-        print(_banner(app, base_url), flush=True)
+        # The ready file first: whoever waits for the banner may read the file right after it.
         if args.ready_file:
             info = {
                 "base_url": base_url,
@@ -188,6 +188,7 @@ def _serve(args: argparse.Namespace) -> int:
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(info, fh)
             os.replace(tmp, args.ready_file)  # atomic: readers never see half a file
+        print(_banner(app, base_url), flush=True)
 
     try:
         serve_forever(app, args.host, args.port, announce)
