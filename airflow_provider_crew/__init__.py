@@ -18,10 +18,9 @@ def get_provider_info() -> dict[str, Any]:
     """
     from airflow_provider_crew.connection import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
-    def modules(kind: str) -> list[dict[str, Any]]:
-        return [
-            {"integration-name": INTEGRATION_NAME, "python-modules": [f"airflow_provider_crew.{kind}.crew"]}
-        ]
+    def modules(kind: str, *extra: str) -> list[dict[str, Any]]:
+        names = [f"airflow_provider_crew.{kind}.{name}" for name in ("crew", *extra)]
+        return [{"integration-name": INTEGRATION_NAME, "python-modules": names}]
 
     return {
         "package-name": PACKAGE_NAME,
@@ -34,7 +33,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": modules("hooks"),
-        "operators": modules("operators"),
+        "operators": modules("operators", "human_review"),
         "sensors": modules("sensors"),
         "triggers": modules("triggers"),
         "connection-types": [

@@ -53,7 +53,7 @@ def _is_template_or_xcom(value: Any) -> bool:
     return isinstance(value, XComArg) or (isinstance(value, str) and "{{" in value)
 
 
-def _check_webhook_parameter(value: Any, parameter: str) -> None:
+def check_webhook_parameter(value: Any, parameter: str) -> None:
     if value is None or value == "" or _is_template_or_xcom(value):
         return
     try:
@@ -205,7 +205,7 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
 
     def _validate_webhooks(self) -> None:
         for parameter in (*WEBHOOK_PARAMETERS, "human_input_webhook_url"):
-            _check_webhook_parameter(getattr(self, parameter), parameter)
+            check_webhook_parameter(getattr(self, parameter), parameter)
         if self.human_input_webhook_url and not self.human_input_webhook_conn_id:
             raise CrewConfigurationError(
                 "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
@@ -415,14 +415,14 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         self.step_webhook_url = step_webhook_url
         self.crew_webhook_url = crew_webhook_url
         self.carry_over_webhooks = carry_over_webhooks
-        self.kickoff_task_id = kickoff_task_id or _upstream_task_id(execution_id)
+        self.kickoff_task_id = kickoff_task_id or upstream_task_id(execution_id)
         self.wait_for = WaitFor.parse(wait_for) if wait_for is not None else None
         self.deferrable = deferrable
         self.poll_interval = seconds(poll_interval, "poll_interval")
         self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
         self.timeout = seconds(timeout, "timeout")
         for parameter in WEBHOOK_PARAMETERS:
-            _check_webhook_parameter(getattr(self, parameter), parameter)
+            check_webhook_parameter(getattr(self, parameter), parameter)
         self._validate_feedback()
 
     def _validate_feedback(self) -> None:
@@ -443,7 +443,7 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         if not isinstance(self.is_approve, bool):
             raise CrewConfigurationError(f"is_approve rendered to {self.is_approve!r}; it must be a bool.")
         for parameter in WEBHOOK_PARAMETERS:
-            _check_webhook_parameter(getattr(self, parameter), parameter)
+            check_webhook_parameter(getattr(self, parameter), parameter)
         execution_id = str(self.execution_id)
         webhooks = self._webhook_addresses(context, execution_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
@@ -483,37 +483,14 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         return summary | {"outcome": result.outcome.value}
 
     def _webhook_addresses(self, context: Context, execution_id: str) -> dict[str, str | None]:
-        given = {name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS}
-        if not self.carry_over_webhooks or all(given.values()):
-            return given
-        if not self.kickoff_task_id:
-            self.log.warning(
-                "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
-                "notifications after this resume go only to the addresses given here (contract rule 4.2). "
-                "Pass kickoff_task_id, or execution_id=kickoff.output.",
-                execution_id,
-            )
-            return given
-        kept = context["ti"].xcom_pull(task_ids=self.kickoff_task_id, key=XCOM_WEBHOOKS)
-        if isinstance(kept, list):  # a mapped kickoff pulled from an unmapped task: find ours
-            kept = next(
-                (item for item in kept if isinstance(item, dict) and item.get("kickoff_id") == execution_id),
-                None,
-            )
-        if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
-            self.log.warning(
-                "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
-                "to the addresses given here (contract rule 4.2).",
-                self.kickoff_task_id,
-                execution_id,
-            )
-            return given
-        carried = {name: given[name] or kept.get(name) for name in WEBHOOK_PARAMETERS}
-        self.log.info(
-            "Carrying over the kickoff's webhook addresses for %s",
-            ", ".join(name for name in WEBHOOK_PARAMETERS if carried[name] and not given[name]) or "nothing",
+        return resume_webhook_addresses(
+            context,
+            execution_id,
+            given={name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS},
+            kickoff_task_id=self.kickoff_task_id,
+            carry_over=self.carry_over_webhooks,
+            log=self.log,
         )
-        return carried
 
     def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
         try:
@@ -529,7 +506,7 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         )
 
 
-def _upstream_task_id(value: Any) -> str | None:
+def upstream_task_id(value: Any) -> str | None:
     """The task that produces ``value`` when it is an XComArg such as ``kickoff.output``."""
     from airflow.sdk import XComArg
 
@@ -537,3 +514,48 @@ def _upstream_task_id(value: Any) -> str | None:
         operator = getattr(value, "operator", None)
         return getattr(operator, "task_id", None)
     return None
+
+
+def resume_webhook_addresses(
+    context: Context,
+    execution_id: str,
+    *,
+    given: dict[str, str | None],
+    kickoff_task_id: str | None,
+    carry_over: bool,
+    log: Any,
+) -> dict[str, str | None]:
+    """The webhook addresses to send with ``POST /resume``: those given, else the kickoff's.
+
+    The service forgets webhook addresses at resume (contract rule 4.2); the kickoff task kept its
+    own in XCom (without credentials) so every resume can re-supply them.
+    """
+    if not carry_over or all(given.values()):
+        return given
+    if not kickoff_task_id:
+        log.warning(
+            "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
+            "notifications after this resume go only to the addresses given here (contract rule 4.2). "
+            "Pass kickoff_task_id, or execution_id=kickoff.output.",
+            execution_id,
+        )
+        return given
+    kept = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_WEBHOOKS)
+    if isinstance(kept, list):  # a mapped kickoff pulled from an unmapped task: find ours
+        kept = next(
+            (item for item in kept if isinstance(item, dict) and item.get("kickoff_id") == execution_id), None
+        )
+    if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
+        log.warning(
+            "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
+            "to the addresses given here (contract rule 4.2).",
+            kickoff_task_id,
+            execution_id,
+        )
+        return given
+    carried = {name: given[name] or kept.get(name) for name in WEBHOOK_PARAMETERS}
+    log.info(
+        "Carrying over the kickoff's webhook addresses for %s",
+        ", ".join(name for name in WEBHOOK_PARAMETERS if carried[name] and not given[name]) or "nothing",
+    )
+    return carried

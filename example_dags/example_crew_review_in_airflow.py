@@ -1,0 +1,77 @@
+"""A person reviews a crew's draft in the Airflow UI (Required Actions), round after round.
+
+kickoff (returns at once) -> review (waits for the pause, asks in the UI, resumes the crew with the
+answer, asks again after a request for changes, returns the final output once approved) -> publish.
+
+Needs Airflow 3.1+ (human-in-the-loop); on 3.0 this file fails to parse with a message saying so.
+
+Connections:
+- ``crew_review``: the crew (host = base URL, password = bearer token).
+- ``crew_review_webhook``: where the service announces the pause (host = URL) and the credential
+  it must send there (password = bearer token). Tasks that require human input only pause when
+  the kickoff gave such a webhook.
+Set ``CREW_EXAMPLE_WEBHOOK_BASE`` to also receive task, step and crew notifications; the review
+task re-sends them with every resume (the service forgets them at resume, contract rule 4.2).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, XComArg, task
+
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator
+
+WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")
+NOTIFICATIONS = (
+    {
+        kind: f"{WEBHOOK_BASE}/{kind.split('_')[0]}"
+        for kind in ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
+    }
+    if WEBHOOK_BASE
+    else {}
+)
+INPUTS = {"topic": "{{ params.topic }}", "audience": "data engineers"}
+
+with DAG(
+    dag_id="example_crew_review_in_airflow",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"topic": "data contracts"},
+    tags=["example", "crew", "human-review"],
+) as dag:
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff",
+        crew_conn_id="crew_review",
+        inputs=INPUTS,
+        human_input_webhook_conn_id="crew_review_webhook",
+        wait_for_completion=False,  # the review task does the waiting
+        **NOTIFICATIONS,
+    )
+
+    review = CrewHumanReviewOperator(
+        task_id="review",
+        crew_conn_id="crew_review",
+        kickoff_id=kickoff.output,
+        inputs=INPUTS,  # shown to the reviewer as context
+        response_timeout=timedelta(hours=24),  # then the task fails; the crew stays paused
+        poll_interval=1,
+    )
+
+    @task
+    def publish(final_output: str, history: list[dict]) -> str:
+        for entry in history:
+            who = (entry.get("responded_by") or {}).get("name")
+            print(f"Round {entry['round']}: {entry['answer']} by {who}: {entry['feedback']}")
+        print(f"Final output:\n{final_output}")
+        return final_output
+
+    publish(review.output, XComArg(review, key="review_history"))
+
+
+if __name__ == "__main__":
+    dag.test()

@@ -1,0 +1,192 @@
+"""Real Airflow components for end-to-end tests: api-server, scheduler, dag-processor, triggerer.
+
+Everything runs from the Airflow installation of the running interpreter, in a temporary
+AIRFLOW_HOME with a SQLite database and the LocalExecutor, on a free loopback port. Each component
+is started in its own process group and :meth:`AirflowStack.stop` kills every group it started,
+whatever state the test left them in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.5) -> T:
+    """Call ``check`` until it returns something truthy, or fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"Timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class AirflowStack:
+    """Start, talk to (REST API v2) and stop one set of Airflow components.
+
+    :param home: An empty directory to use as AIRFLOW_HOME (logs end up there too).
+    :param dags_folder: The folder the dag-processor parses.
+    :param env: Extra environment, e.g. ``AIRFLOW_CONN_*`` for the DAGs' connections.
+    """
+
+    def __init__(self, home: Path, dags_folder: Path, env: Mapping[str, str]) -> None:
+        self.home = home
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.airflow = str(Path(sys.executable).with_name("airflow"))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CREW_"))}
+        self.env.update(
+            AIRFLOW_HOME=str(home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__CORE__UNIT_TEST_MODE="False",
+            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+            AIRFLOW__CORE__PARALLELISM="4",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base_url}/execution/",
+            AIRFLOW__API__BASE_URL=self.base_url,
+            AIRFLOW__API__HOST="127.0.0.1",
+            AIRFLOW__API__PORT=str(self.port),
+            # Every component must sign and check task tokens with the same key.
+            AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_hex(32),
+            AIRFLOW__CORE__FERNET_KEY="",
+            AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+            AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+            AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
+            AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+        )
+        self.env.update(env)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.session = requests.Session()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        done = subprocess.run(
+            [self.airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=240
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+
+    def start(self) -> None:
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        for component in COMPONENTS:
+            args = [self.airflow, component]
+            if component == "api-server":
+                args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
+            log = (self.home / "logs" / f"{component}.log").open("wb")
+            self.processes[component] = subprocess.Popen(
+                args,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own process group: stop() kills its workers too
+            )
+            log.close()
+        wait_for(self._api_ready, timeout=120, what="the api-server to answer")
+
+    def _api_ready(self) -> bool:
+        self.check_alive()
+        try:
+            return self.session.get(f"{self.base_url}/api/v2/version", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def check_alive(self) -> None:
+        """Fail fast, with the component's log tail, when a component died."""
+        for component, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"airflow {component} exited with {process.returncode}:\n{self.log_tail(component)}"
+                )
+
+    def log_tail(self, component: str, size: int = 4000) -> str:
+        path = self.home / "logs" / f"{component}.log"
+        return path.read_bytes()[-size:].decode(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM every process group started here, then SIGKILL what is left after 15 s."""
+        for process in self.processes.values():
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            # Workers and children may outlive the leader: kill the whole group regardless.
+            _signal_group(process, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+        self.session.close()
+
+    # -- REST API v2 -----------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, expect: int | tuple[int, ...] = 200, **kwargs: Any) -> Any:
+        response = self.session.request(method, f"{self.base_url}/api/v2{path}", timeout=30, **kwargs)
+        codes = (expect,) if isinstance(expect, int) else expect
+        if response.status_code not in codes:
+            raise AssertionError(f"{method} {path} answered {response.status_code}: {response.text[:1000]}")
+        return response.json() if response.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 90) -> None:
+        def parsed() -> bool:
+            self.check_alive()
+            response = self.session.get(f"{self.base_url}/api/v2/dags/{dag_id}", timeout=10)
+            return response.status_code == 200
+
+        wait_for(parsed, timeout=timeout, what=f"the dag-processor to parse {dag_id}")
+        errors = self.api("GET", "/importErrors")
+        assert not errors["import_errors"], errors
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        run = self.api(
+            "POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": dict(conf or {})}
+        )
+        return str(run["dag_run_id"])
+
+    def dag_run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        tis = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {ti["task_id"]: ti["state"] for ti in tis}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        entry = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+            params={"deserialize": "true", "stringify": "false"},
+        )
+        return entry["value"]
+
+    def hitl_path(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+        return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
