@@ -12,6 +12,7 @@ from airflow import __version__ as _airflow_version
 from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
+    AirflowNotFoundException,
     BaseHook,
     BaseOperator,
     BaseOperatorLink,
@@ -49,6 +50,7 @@ __all__ = [
     "AIRFLOW_V_3_3_PLUS",
     "AirflowException",
     "AirflowFailException",
+    "AirflowNotFoundException",
     "BaseHook",
     "BaseOperator",
     "BaseOperatorLink",

@@ -20,7 +20,7 @@ import requests
 from pydantic import BaseModel, ValidationError
 
 from airflow_provider_crew import __version__
-from airflow_provider_crew._compat import BaseHook, aget_connection
+from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook, aget_connection
 from airflow_provider_crew.connection import (
     CONN_FIELDS,
     CONN_TYPE,
@@ -163,6 +163,11 @@ def _backoff_delay(config: CrewConnectionConfig, attempt: int, retry_after: floa
         return min(retry_after, MAX_BACKOFF_SECONDS * 5)
     ceiling = min(MAX_BACKOFF_SECONDS, config.retry_delay * (2**attempt))
     return random.uniform(ceiling / 2, ceiling)
+
+
+def _may_retry(attempt: int, retry_limit: int, delay: float, deadline: float | None) -> bool:
+    """Retries left, and the back-off would not sleep past the caller's deadline."""
+    return attempt < retry_limit and (deadline is None or time.time() + delay < deadline)
 
 
 def _retry_verdict(call: _Call, response: _Response) -> str | None:
@@ -411,13 +416,28 @@ class CrewHook(BaseHook):
     @cached_property
     def config(self) -> CrewConnectionConfig:
         """The validated connection settings (looked up once per hook)."""
-        return self._config_from_connection(self.get_connection(self.crew_conn_id))
+        try:
+            connection = self.get_connection(self.crew_conn_id)
+        except AirflowNotFoundException:
+            raise self._missing_connection() from None
+        return self._config_from_connection(connection)
 
     async def aget_config(self) -> CrewConnectionConfig:
         """The same settings, looked up without blocking the event loop."""
         if self._async_config is None:
-            self._async_config = self._config_from_connection(await aget_connection(self.crew_conn_id))
+            try:
+                connection = await aget_connection(self.crew_conn_id)
+            except AirflowNotFoundException:
+                raise self._missing_connection() from None
+            self._async_config = self._config_from_connection(connection)
         return self._async_config
+
+    def _missing_connection(self) -> CrewConfigurationError:
+        return CrewConfigurationError(
+            f"Connection {self.crew_conn_id!r} is not defined where this runs. Define it for every "
+            "Airflow component that uses it (workers and the triggerer): UI, AIRFLOW_CONN_"
+            f"{self.crew_conn_id.upper()}, or a secrets backend."
+        )
 
     def get_conn(self) -> requests.Session:
         """The hook's one ``requests.Session`` (connection pooling across calls)."""
@@ -431,7 +451,9 @@ class CrewHook(BaseHook):
 
     # -- sync transport ------------------------------------------------------------------------
 
-    def _send(self, call: _Call, *, retry_limit: int | None = None) -> _Response:
+    def _send(
+        self, call: _Call, *, retry_limit: int | None = None, deadline: float | None = None
+    ) -> _Response:
         config = self.config
         retry_limit = config.retry_limit if retry_limit is None else retry_limit
         attempt = 0
@@ -451,19 +473,21 @@ class CrewHook(BaseHook):
                 reason = f"{type(error).__name__}: {_transport_reason(error)}"
                 if failure == _Failure.UNKNOWN and not call.idempotent:
                     raise _outcome_unknown(call, reason) from None
-                if failure == _Failure.FATAL or attempt >= retry_limit:
+                delay = _backoff_delay(config, attempt, None)
+                if failure == _Failure.FATAL or not _may_retry(attempt, retry_limit, delay, deadline):
                     raise CrewTransportError(
                         f"{call.endpoint} to {call.url} failed after {attempt + 1} attempt(s): {reason}"
                     ) from None
-                delay = _backoff_delay(config, attempt, None)
                 log.warning("%s failed (%s); retrying in %.1f s", call.endpoint, reason, delay)
             else:
                 verdict = _retry_verdict(call, response)
                 if verdict == "unknown":
                     raise _outcome_unknown(call, f"HTTP {response.status_code} from a gateway")
-                if verdict is None or attempt >= retry_limit:
+                if verdict is None:
                     return response
                 delay = _backoff_delay(config, attempt, _retry_after_seconds(response.headers))
+                if not _may_retry(attempt, retry_limit, delay, deadline):
+                    return response
                 log.warning(
                     "%s answered %s; retrying in %.1f s (retry %d of %d)",
                     call.endpoint,
@@ -517,26 +541,30 @@ class CrewHook(BaseHook):
         response: KickoffResponse = _parse_model(call, KickoffResponse, _parse_json(call, self._send(call)))
         return response.kickoff_id
 
-    def get_status(self, kickoff_id: str) -> CrewStatus:
-        """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``, as the connection says)."""
+    def get_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
+        """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``, as the connection says).
+
+        :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
+            deadline holds even when the service asks for long ``Retry-After`` pauses.
+        """
         config = self.config
         styles = _status_styles_to_try(config)
         for index, style in enumerate(styles):
             call = _build_call(config, "GET", _status_path(kickoff_id, style))
-            response = self._send(call)
+            response = self._send(call, deadline=deadline)
             if response.status_code == 404 and index + 1 < len(styles):
                 continue
             _learn_status_style(config, style, response)
             return self._parse_status(call, response)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def aget_status(self, kickoff_id: str) -> CrewStatus:
+    async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """Async twin of :meth:`get_status` for triggers: same requests, same parsing."""
         config = await self.aget_config()
         styles = _status_styles_to_try(config)
         for index, style in enumerate(styles):
             call = _build_call(config, "GET", _status_path(kickoff_id, style))
-            response = await self._asend(call, config)
+            response = await self._asend(call, config, deadline=deadline)
             if response.status_code == 404 and index + 1 < len(styles):
                 continue
             _learn_status_style(config, style, response)
@@ -609,7 +637,9 @@ class CrewHook(BaseHook):
 
     # -- async transport (triggers) -----------------------------------------------------------
 
-    async def _asend(self, call: _Call, config: CrewConnectionConfig) -> _Response:
+    async def _asend(
+        self, call: _Call, config: CrewConnectionConfig, *, deadline: float | None = None
+    ) -> _Response:
         import aiohttp
 
         if not call.idempotent:
@@ -630,16 +660,18 @@ class CrewHook(BaseHook):
             except (aiohttp.ClientError, asyncio.TimeoutError) as error:
                 failure = _classify_aiohttp_error(error)
                 reason = f"{type(error).__name__}: {error}"
-                if failure == _Failure.FATAL or attempt >= config.retry_limit:
+                delay = _backoff_delay(config, attempt, None)
+                if failure == _Failure.FATAL or not _may_retry(attempt, config.retry_limit, delay, deadline):
                     raise CrewTransportError(
                         f"{call.endpoint} to {call.url} failed after {attempt + 1} attempt(s): {reason}"
                     ) from None
-                delay = _backoff_delay(config, attempt, None)
                 log.warning("%s failed (%s); retrying in %.1f s", call.endpoint, reason, delay)
             else:
-                if _retry_verdict(call, response) is None or attempt >= config.retry_limit:
+                if _retry_verdict(call, response) is None:
                     return response
                 delay = _backoff_delay(config, attempt, _retry_after_seconds(response.headers))
+                if not _may_retry(attempt, config.retry_limit, delay, deadline):
+                    return response
                 log.warning("%s answered %s; retrying in %.1f s", call.endpoint, response.status_code, delay)
             await asyncio.sleep(delay)
             attempt += 1

@@ -113,7 +113,7 @@ class CrewWaitMixin:
             max_poll_interval=self.max_poll_interval,
             log=self.log,
         )
-        return wait_blocking(poller, hook.get_status)
+        return wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
 
     @staticmethod
     def _result_from_event(event: Any) -> tuple[str, WaitResult]:

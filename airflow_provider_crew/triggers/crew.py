@@ -85,7 +85,7 @@ class CrewStatusTrigger(BaseTrigger):
         )
         while True:
             try:
-                step = poller.step(await hook.aget_status(self.kickoff_id))
+                step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):

@@ -445,3 +445,22 @@ def test_wrong_connection_type_is_named(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", json.dumps({"conn_type": "http", "host": BASE_URL}))
     with pytest.raises(CrewConfigurationError, match="has type 'http'; the crew provider needs a connection of type 'crew'"):
         CrewHook().config  # noqa: B018
+
+
+def test_retries_stop_at_the_callers_deadline_even_when_the_service_asks_for_more(hook, requests_mock):
+    import time
+
+    requests_mock.get(
+        f"{BASE_URL}/{KICKOFF_ID}/status",
+        [{"status_code": 429, "headers": {"Retry-After": "100"}}, {"json": {"state": "RUNNING"}}],
+    )
+    with pytest.raises(CrewRateLimitedError):
+        hook.get_status(KICKOFF_ID, deadline=time.time() + 5)
+    assert hook.sleeps == []  # sleeping 100 s would overshoot the deadline: give the answer back instead
+    assert requests_mock.call_count == 1
+
+
+def test_a_missing_connection_is_named_with_the_fix(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NOWHERE", raising=False)
+    with pytest.raises(CrewConfigurationError, match=r"Connection 'nowhere' is not defined where this runs.*AIRFLOW_CONN_NOWHERE"):
+        CrewHook(crew_conn_id="nowhere").config  # noqa: B018

@@ -1,0 +1,380 @@
+"""CrewStatusTrigger: what it stores (serialize) and what it fires (run) against the local service.
+
+``run()`` is driven in the test's event loop the way the triggerer drives it: each test collects
+every event the generator yields (under a time limit) and asserts there is exactly one, then
+validates the payload with ``CrewWaitEvent.parse`` as ``execute_complete`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import threading
+import time
+import uuid
+
+import aiohttp
+import pytest
+
+from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks import crew as crew_module
+from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
+from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, WaitFor
+
+RESEARCH_INPUTS = {"topic": "tidal energy", "current_year": "2026"}
+SECRET = "trigger-test-token-5e8a2b"
+WRONG_TOKEN = "wrong-token-0d9f3c"
+HUMAN_WEBHOOK_TOKEN = "human-hook-token-3a7d"
+FAILING_CREW = {
+    "name": "doomed",
+    "inputs": ["topic"],
+    "pending_seconds": 0.01,
+    "step_seconds": 0.01,
+    "tasks": [
+        {"name": "prepare_task", "agent": "Planner", "steps": 1},
+        {
+            "name": "explode_task",
+            "agent": "Builder",
+            "steps": 1,
+            "fails": True,
+            "error": "explode_task blew up",
+        },
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def _forget_learned_paths():
+    crew_module._learned_status_styles.clear()
+    yield
+    crew_module._learned_status_styles.clear()
+
+
+@pytest.fixture
+def connect(crew_service, monkeypatch):
+    """Point a connection at the local service (contract status path: one request per poll)."""
+
+    def install(
+        conn_id: str = "crew_default",
+        *,
+        crew: str | None = None,
+        password: str | None = None,
+        **extra: object,
+    ) -> str:
+        conn = crew_service.connection_dict(
+            "org", crew, retry_delay=0.02, status_path_style="contract", **extra
+        )
+        if password is not None:
+            conn["password"] = password
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+        return conn_id
+
+    return install
+
+
+def make_trigger(
+    kickoff_id: str,
+    *,
+    conn_id: str = "crew_default",
+    wait_for: str = "completion",
+    deadline_in: float = 30.0,
+    not_found_in: float = 10.0,
+    poll_interval: float = 0.05,
+    max_poll_interval: float = 0.2,
+) -> CrewStatusTrigger:
+    now = time.time()
+    return CrewStatusTrigger(
+        kickoff_id=kickoff_id,
+        crew_conn_id=conn_id,
+        wait_for=wait_for,
+        deadline=now + deadline_in,
+        not_found_deadline=now + not_found_in,
+        poll_interval=poll_interval,
+        max_poll_interval=max_poll_interval,
+    )
+
+
+async def run_trigger(
+    trigger: CrewStatusTrigger, timeout: float = 15.0, *, close: bool = True
+) -> CrewWaitEvent:
+    """Drain ``run()`` (bounded); assert it yielded exactly one event; return its parsed payload."""
+
+    async def drain() -> list:
+        return [event async for event in trigger.run()]
+
+    try:
+        events = await asyncio.wait_for(drain(), timeout)
+    finally:
+        if close:
+            await close_shared_sessions()
+    assert len(events) == 1, events
+    payload = events[0].payload
+    json.dumps(payload)  # the triggerer stores it: it must be JSON
+    return CrewWaitEvent.parse(payload)
+
+
+def human_webhook(crew_service) -> dict[str, object]:
+    return {
+        "url": crew_service.webhooks.url_for("human"),
+        "authentication": {"strategy": "bearer", "token": HUMAN_WEBHOOK_TOKEN},
+    }
+
+
+# -- serialize ------------------------------------------------------------------------------------
+
+
+def test_serialize_gives_json_primitives_and_no_token(monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_DEFAULT",
+        json.dumps({"conn_type": "crew", "host": "https://crew.example.test", "password": SECRET}),
+    )
+    trigger = make_trigger(str(uuid.uuid4()), wait_for="human_input")
+
+    classpath, kwargs = trigger.serialize()
+
+    assert classpath == "airflow_provider_crew.triggers.crew.CrewStatusTrigger"
+    module, _, name = classpath.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is CrewStatusTrigger
+    assert all(isinstance(value, (str, int, float, bool)) or value is None for value in kwargs.values())
+    dumped = json.dumps(kwargs)
+    assert json.loads(dumped) == kwargs
+    assert SECRET not in dumped
+    assert "password" not in dumped and "token" not in dumped
+    assert kwargs["wait_for"] == "human_input"
+
+
+def test_trigger_recreated_from_its_kwargs_serializes_the_same():
+    """A triggerer restart re-creates the trigger from stored kwargs: same wait, same deadlines."""
+    trigger = make_trigger(str(uuid.uuid4()), wait_for=WaitFor.HUMAN_INPUT.value, deadline_in=120)
+    classpath, kwargs = trigger.serialize()
+
+    stored = json.loads(json.dumps(kwargs))
+    again = CrewStatusTrigger(**stored)
+
+    assert again.serialize() == (classpath, kwargs)
+    assert again.deadline == trigger.deadline
+
+
+def test_unknown_wait_for_is_refused_early():
+    with pytest.raises(CrewConfigurationError, match="wait_for"):
+        make_trigger(str(uuid.uuid4()), wait_for="forever")
+
+
+def test_max_poll_interval_is_never_below_the_first_interval():
+    trigger = make_trigger(str(uuid.uuid4()), poll_interval=5, max_poll_interval=1)
+
+    assert trigger.serialize()[1]["max_poll_interval"] == 5.0
+
+
+# -- run() against the local service ---------------------------------------------------------------
+
+
+@pytest.mark.integration
+async def test_run_fires_succeeded_with_the_record(crew_service, connect):
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+
+    event = await run_trigger(make_trigger(kickoff_id))
+
+    assert event.status is Outcome.SUCCEEDED
+    assert event.kickoff_id == kickoff_id
+    execution = crew_service.executions[kickoff_id]
+    assert event.record["state"] == "SUCCESS"
+    assert event.record["result"] == execution["result"]
+    assert event.to_result().status.output.startswith("reporting_task by Reporting Analyst")
+
+
+@pytest.mark.integration
+async def test_run_fires_paused_at_the_human_review(crew_service, connect):
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+
+    event = await run_trigger(make_trigger(kickoff_id, conn_id="crew_review", wait_for="human_input"))
+
+    assert event.status is Outcome.PAUSED
+    execution = crew_service.executions[kickoff_id]
+    draft_task_id = execution["task_ids"]["draft_task"]
+    assert event.record["state"] == "PAUSED"
+    assert event.to_result().status.paused_task_id == draft_task_id
+    (note,) = crew_service.webhooks.wait_for_count("human", 1)
+    assert note.json["task_id"] == draft_task_id
+    assert execution["state"] == "PAUSED" and execution["feedback"] == []  # the trigger only watched
+
+
+@pytest.mark.integration
+@pytest.mark.crew_service(FAILING_CREW)
+async def test_run_fires_failed_with_the_error(crew_service, connect):
+    connect()
+    kickoff_id = CrewHook().kickoff({"topic": "anything"})
+
+    event = await run_trigger(make_trigger(kickoff_id))
+
+    assert event.status is Outcome.FAILED
+    assert event.record["state"] == "FAILED"
+    assert event.record["error"] == "explode_task blew up"
+    assert event.to_result().status.error == "explode_task blew up"
+    assert crew_service.executions[kickoff_id]["state"] == "FAILED"
+
+
+@pytest.mark.integration
+async def test_run_fires_not_found_after_the_grace_period(crew_service, connect):
+    connect()
+    unknown = str(uuid.uuid4())
+    started = time.monotonic()
+
+    event = await run_trigger(make_trigger(unknown, not_found_in=0.3))
+
+    assert event.status is Outcome.NOT_FOUND
+    assert event.record is None
+    assert unknown in event.message
+    assert time.monotonic() - started >= 0.25  # it kept polling through the grace period
+    assert crew_service.request_count("status") >= 2
+    assert set(crew_service.counters["responses"]["status"]) == {"404"}
+
+
+@pytest.mark.integration
+@pytest.mark.crew_service(faults=[{"kind": "status_404", "count": 3}])
+async def test_run_tolerates_404s_right_after_kickoff(crew_service, connect):
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+
+    event = await run_trigger(make_trigger(kickoff_id, not_found_in=10))
+
+    assert event.status is Outcome.SUCCEEDED
+    assert crew_service.counters["responses"]["status"]["404"] == 3
+    assert crew_service.faults.counts == {"status_404": 3}
+
+
+@pytest.mark.integration
+async def test_run_fires_timeout_at_the_deadline(crew_service, connect):
+    # Paused for review while the trigger waits for completion: only the deadline can end it.
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED")
+    started = time.monotonic()
+
+    event = await run_trigger(make_trigger(kickoff_id, conn_id="crew_review", deadline_in=0.4))
+
+    assert event.status is Outcome.TIMEOUT
+    assert 0.2 <= time.monotonic() - started < 5
+    assert event.record["state"] == "PAUSED"  # the last status seen travels with the event
+    assert "Timed out" in event.message and "was not stopped" in event.message
+    assert crew_service.request_count("status") >= 2
+
+
+@pytest.mark.integration
+async def test_run_with_a_deadline_already_past_polls_once_then_times_out(crew_service, connect):
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED")
+
+    event = await run_trigger(make_trigger(kickoff_id, conn_id="crew_review", deadline_in=-1))
+
+    assert event.status is Outcome.TIMEOUT
+    assert crew_service.request_count("status") == 1
+
+
+@pytest.mark.integration
+async def test_run_fires_error_on_a_bad_token_without_polling_on(crew_service, connect):
+    connect(password=WRONG_TOKEN)
+
+    event = await run_trigger(make_trigger(str(uuid.uuid4())))
+
+    assert event.status is Outcome.ERROR
+    assert "401" in event.message
+    assert WRONG_TOKEN not in json.dumps(event.model_dump(mode="json"))
+    assert crew_service.request_count("status") == 1  # permanent: neither retried nor polled again
+
+
+@pytest.mark.integration
+async def test_run_polls_on_through_transient_server_errors(crew_service, connect):
+    connect(retry_limit=0)  # every 503 reaches the trigger as an error
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+    crew_service.faults.unavailable(count=3, endpoint="status", retry_after=0.01)
+
+    event = await run_trigger(make_trigger(kickoff_id))
+
+    assert event.status is Outcome.SUCCEEDED
+    assert crew_service.counters["responses"]["status"]["503"] == 3
+
+
+# -- one aiohttp session per event loop ----------------------------------------------------------
+
+
+@pytest.fixture
+def sessions_created(monkeypatch) -> list[aiohttp.ClientSession]:
+    """Every aiohttp.ClientSession created in this thread (the service's own run elsewhere)."""
+    created: list[aiohttp.ClientSession] = []
+    original = aiohttp.ClientSession.__init__
+    here = threading.get_ident()
+
+    def counting(self, *args, **kwargs):
+        if threading.get_ident() == here:
+            created.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", counting)
+    return created
+
+
+@pytest.mark.integration
+@pytest.mark.crew_service(faults=[{"kind": "status_404", "count": 4}])
+async def test_run_reuses_one_session_across_polls(crew_service, connect, sessions_created):
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+    try:
+        event = await run_trigger(make_trigger(kickoff_id), close=False)
+
+        assert event.status is Outcome.SUCCEEDED
+        assert crew_service.request_count("status") >= 5  # four 404s, then at least one answer
+        assert len(sessions_created) == 1
+        assert crew_module._shared_sessions.get(asyncio.get_running_loop()) is sessions_created[0]
+        assert not sessions_created[0].closed  # kept open for the next trigger in this loop
+    finally:
+        await close_shared_sessions()
+    assert sessions_created[0].closed
+
+
+@pytest.mark.integration
+async def test_concurrent_triggers_in_one_loop_share_the_session(crew_service, connect, sessions_created):
+    connect()
+    hook = CrewHook()
+    kickoff_ids = [hook.kickoff({**RESEARCH_INPUTS, "topic": f"topic {n}"}) for n in range(4)]
+    try:
+        events = await asyncio.gather(*(run_trigger(make_trigger(k), close=False) for k in kickoff_ids))
+    finally:
+        await close_shared_sessions()
+
+    assert [e.status for e in events] == [Outcome.SUCCEEDED] * 4
+    assert sorted(e.kickoff_id for e in events) == sorted(kickoff_ids)
+    assert len(sessions_created) == 1
+
+
+@pytest.mark.integration
+async def test_the_deadline_holds_when_the_service_asks_for_long_retry_after_pauses(crew_service, connect):
+    connect(retry_limit=5)
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+    crew_service.faults.rate_limit(count=None, endpoint="status", retry_after=30)
+    started = time.monotonic()
+
+    event = await run_trigger(make_trigger(kickoff_id, deadline_in=0.5), timeout=10)
+
+    assert event.status is Outcome.TIMEOUT
+    assert time.monotonic() - started < 3  # not 30 s per Retry-After times 5 retries
+
+
+async def test_a_connection_missing_in_the_triggerer_fires_an_error_event_naming_it(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_ONLY_ON_WORKERS", raising=False)
+
+    event = await run_trigger(make_trigger("k-1", conn_id="only_on_workers"))
+
+    assert event.status is Outcome.ERROR
+    assert "Connection 'only_on_workers' is not defined where this runs" in event.message
