@@ -24,3 +24,13 @@ def crew_conn(monkeypatch: pytest.MonkeyPatch):
 
     install()
     return install
+
+
+@pytest.fixture(autouse=True)
+def _forget_learned_status_paths():
+    """The hook learns a service's status path per process; every test starts without that memory."""
+    from airflow_provider_crew.hooks import crew as crew_module
+
+    crew_module._learned_status_styles.clear()
+    yield
+    crew_module._learned_status_styles.clear()

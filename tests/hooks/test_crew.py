@@ -31,12 +31,6 @@ from tests.conftest import BASE_URL, TOKEN
 KICKOFF_ID = "5d3b6f1e-2f55-4b7e-9d3c-3c2f1d0e9a11"
 
 
-@pytest.fixture(autouse=True)
-def _forget_learned_paths():
-    crew_module._learned_status_styles.clear()
-    yield
-    crew_module._learned_status_styles.clear()
-
 
 @pytest.fixture
 def hook(crew_conn) -> CrewHook:

@@ -39,13 +39,6 @@ HUMAN_WEBHOOK_TOKEN = "human-hook-token-91b2"
 FAST = {"retry_delay": 0.05}  # back-off stays short; Retry-After from the service still wins
 
 
-@pytest.fixture(autouse=True)
-def _forget_learned_paths():
-    # Learned status path styles are process-wide, keyed by base URL: start and end clean.
-    crew_module._learned_status_styles.clear()
-    yield
-    crew_module._learned_status_styles.clear()
-
 
 @pytest.fixture
 def connect(crew_service, monkeypatch):

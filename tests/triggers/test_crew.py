@@ -45,12 +45,6 @@ FAILING_CREW = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _forget_learned_paths():
-    crew_module._learned_status_styles.clear()
-    yield
-    crew_module._learned_status_styles.clear()
-
 
 @pytest.fixture
 def connect(crew_service, monkeypatch):
