@@ -18,6 +18,7 @@ if [ -n "${AIRFLOW_VERSION:-}" ]; then
   airflow_spec="apache-airflow==${AIRFLOW_VERSION}"
   case "$AIRFLOW_VERSION" in
     3.0.*) constraints=(--constraint .ci/constraints-airflow-3.0.txt) ;;
+    3.2.*) constraints=(--constraint .ci/constraints-airflow-3.2.txt) ;;
   esac
 fi
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${constraints[@]}" \

@@ -77,6 +77,10 @@ class AirflowStack:
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
             AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+            # The workers' and triggerer's log servers default to fixed ports (8793, 8794): take free
+            # ones so two stacks (or anything else on this machine) never clash.
+            AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+            AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
         )
         self.env.update(env)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -149,6 +153,8 @@ class AirflowStack:
         codes = (expect,) if isinstance(expect, int) else expect
         if response.status_code not in codes:
             raise AssertionError(f"{method} {path} answered {response.status_code}: {response.text[:1000]}")
+        if response.status_code == 404:
+            return None  # an expected "not there (yet)"; its body is only an error message
         return response.json() if response.content else None
 
     def wait_for_dag(self, dag_id: str, timeout: float = 90) -> None:
