@@ -85,7 +85,27 @@ class CrewWaitMixin:
         now = time.time()
         deadline = now + timeout
         not_found_deadline = now + not_found_grace
+        hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
+        poller = Poller(
+            kickoff_id,
+            wait_for=wait_for,
+            deadline=deadline,
+            not_found_deadline=not_found_deadline,
+            poll_interval=self.poll_interval,
+            max_poll_interval=self.max_poll_interval,
+            log=self.log,
+        )
         if self.deferrable:
+            # Read the status once here first. A wait that is already over needs no trigger. And a
+            # trigger that fires within a scheduler loop of deferring can trip Airflow's stale
+            # executor-event race (apache/airflow#67287) and fail the task; after this read the
+            # trigger's first poll waits one interval.
+            try:
+                step = poller.step(hook.get_status(kickoff_id, deadline=deadline))
+            except CrewError as error:
+                step = poller.step(error)
+            if isinstance(step, WaitResult):
+                return step
             from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 
             self.defer(  # type: ignore[attr-defined]
@@ -103,16 +123,6 @@ class CrewWaitMixin:
                 # with the last status it saw; this is the backstop if the triggerer is gone.
                 timeout=timedelta(seconds=timeout + 60),
             )
-        hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
-        poller = Poller(
-            kickoff_id,
-            wait_for=wait_for,
-            deadline=deadline,
-            not_found_deadline=not_found_deadline,
-            poll_interval=self.poll_interval,
-            max_poll_interval=self.max_poll_interval,
-            log=self.log,
-        )
         return wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
 
     @staticmethod

@@ -53,6 +53,7 @@ from airflow_provider_crew.waiting import (
     DEFAULT_POLL_INTERVAL,
     Outcome,
     WaitFor,
+    WaitResult,
 )
 
 if TYPE_CHECKING:
@@ -195,11 +196,15 @@ class CrewHumanReviewOperator(CrewWaitMixin, BaseOperator):
         context["ti"].xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
         # Start the audit trail empty: it exists (and reads as "no rounds") from the first moment.
         context["ti"].xcom_push(key=XCOM_REVIEW_HISTORY, value=[])
-        self._wait_for_crew(context, kickoff_id)
+        return self._wait_for_crew(context, kickoff_id)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Back from the crew status trigger: ask the reviewer on a pause, return the output at the end."""
         kickoff_id, result = self._result_from_event(event)
+        return self._on_crew_result(context, kickoff_id, result)
+
+    def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
+        """Ask the reviewer on a pause; return the output at the end."""
         self._raise_for_outcome(kickoff_id, result)
         status = result.status
         if result.outcome is Outcome.PAUSED and status is not None:
@@ -213,9 +218,11 @@ class CrewHumanReviewOperator(CrewWaitMixin, BaseOperator):
             )
         return self._push_result(context, kickoff_id, result)
 
-    def _wait_for_crew(self, context: Context, kickoff_id: str) -> None:
+    def _wait_for_crew(self, context: Context, kickoff_id: str) -> Any:
         # Always stop at the next pause: after an approval a later crew task may ask for review too.
-        self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
+        # _wait defers; it returns only when the wait was over at the first read.
+        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
+        return self._on_crew_result(context, kickoff_id, result)
 
     def _kickoff_id(self) -> str:
         if not isinstance(self.kickoff_id, str) or not self.kickoff_id.strip():

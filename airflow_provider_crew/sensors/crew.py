@@ -82,13 +82,14 @@ class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
         kickoff_id = self._checked_kickoff_id()
         if not self.deferrable:
             return super().execute(context)
-        self._wait(
+        result = self._wait(
             context,
             kickoff_id,
             wait_for=self.wait_for_target,
             timeout=float(self.timeout),
             not_found_grace=self.not_found_grace,
         )
+        return self._done(context, kickoff_id, result).xcom_value  # over before it needed deferring
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         kickoff_id = self._checked_kickoff_id()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -83,6 +84,8 @@ class CrewStatusTrigger(BaseTrigger):
             max_poll_interval=self.max_poll_interval,
             log=self.log,
         )
+        # The operator read the status just before deferring: look again one interval later.
+        await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())))
         while True:
             try:
                 step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))

@@ -77,6 +77,22 @@ def operator(**kwargs) -> CrewHumanReviewOperator:
     )
 
 
+@pytest.fixture(autouse=True)
+def crew_not_paused_yet(request, monkeypatch):
+    """Before deferring, the wait reads the status once; here the crew has not paused again yet.
+
+    Tests that talk to the local crew service (``crew_connection``) get the real read instead.
+    """
+    if "crew_connection" in request.fixturenames:
+        return
+    from airflow_provider_crew.exceptions import CrewNotFoundError
+    from airflow_provider_crew.operators import _wait
+
+    hook = mock.Mock()
+    hook.get_status.side_effect = CrewNotFoundError("not visible yet", endpoint="GET /x/status", status_code=404)
+    monkeypatch.setattr(_wait, "CrewHook", mock.Mock(return_value=hook))
+
+
 @pytest.fixture
 def parked(monkeypatch):
     """Record what would go to Airflow's human-in-the-loop API instead of needing a supervisor."""
@@ -182,7 +198,9 @@ def test_body_names_the_time_out_default():
 
 
 @needs_3_1
-def test_execute_starts_the_history_and_defers_to_the_crew_trigger():
+def test_execute_starts_the_history_and_defers_to_the_crew_trigger(crew_connection):
+    # The operator reads the status once before deferring; an id the service does not know yet
+    # (404 within the grace window) is still worth waiting for.
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     ti = FakeTI()

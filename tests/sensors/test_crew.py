@@ -118,3 +118,13 @@ def test_an_empty_kickoff_id_is_named_at_task_start():
     sensor = CrewStatusSensor(task_id="wait", kickoff_id="", deferrable=False)
     with pytest.raises(CrewConfigurationError, match="kickoff_id rendered to ''"):
         sensor.execute({"ti": FakeTI()})
+
+
+def test_deferrable_sensor_does_not_defer_when_the_execution_already_finished(crew_service, hook):
+    kickoff_id = hook.kickoff({"topic": "done already", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=True), FakeTI()
+
+    output = sensor.execute({"ti": ti})  # no TaskDeferred: nothing left to wait for
+
+    assert output == crew_service.executions[kickoff_id]["result"] == ti.xcom["output"]
