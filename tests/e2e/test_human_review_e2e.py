@@ -47,7 +47,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[AirflowStack, Any]]:
     dags = tmp_path / "dags"
     dags.mkdir()
     shutil.copy(DAG_FILE, dags / DAG_FILE.name)  # only this DAG: parsing stays quick
-    with LocalCrewService("review") as service:
+    # Agent steps take 5 s here (real crews take minutes), not the bundled crews' 0.05 s. A crew that
+    # answers within a scheduler loop of the task deferring hits Airflow's stale executor-event race
+    # (apache/airflow#67287, unfixed for the QUEUED state in 3.3.2), which fails the task.
+    with LocalCrewService("review", speed=0.01) as service:
         receiver = service.webhooks
         env = {
             **service.connection_env("crew_review"),

@@ -17,6 +17,9 @@ def assert_waited_as_configured(run, deferrable: bool) -> None:
     assert deferred is deferrable, run.stdout[-3000:]
 
 
+# Steps of 1 s (not 0.05 s): the sensor starts after the kickoff task ends, and it only defers when
+# the execution is still running then (it reads the status once before deferring).
+@pytest.mark.crew_service(speed=0.05)
 @pytest.mark.parametrize("deferrable", MODES)
 def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
     run = run_dag("example_crew_kickoff_and_sensor", deferrable=deferrable)
