@@ -3,7 +3,7 @@ service said, never the token."""
 
 from __future__ import annotations
 
-from airflow_provider_crew._compat import AirflowException
+from airflow_provider_crew._compat import AirflowException, AirflowFailException
 
 
 class CrewError(AirflowException):
@@ -65,10 +65,11 @@ class CrewTransportError(CrewError):
     """The service could not be reached (DNS, refused connection, time-out before sending)."""
 
 
-class CrewOutcomeUnknownError(CrewError):
+class CrewOutcomeUnknownError(CrewError, AirflowFailException):
     """A kickoff or resume may or may not have reached the service.
 
     Raised instead of repeating the request, because a repeat could start a second, paid execution.
+    It is an AirflowFailException too, so a task that raises it fails without using its retries.
     """
 
 

@@ -188,7 +188,7 @@ def _outcome_unknown(call: _Call, reason: str) -> CrewOutcomeUnknownError:
     )
     return CrewOutcomeUnknownError(
         f"{call.endpoint} to {call.url}: the outcome is unknown ({reason}); {what}. It was not repeated, "
-        "so nothing was started twice. Check the service before trying again."
+        "so nothing was started twice. Check the service before trying again. Failing without retry."
     )
 
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import (
     AIRFLOW_V_3_3_PLUS,
-    AirflowFailException,
     BaseHook,
     BaseOperator,
     default_deferrable,
@@ -19,7 +18,6 @@ from airflow_provider_crew.exceptions import (
     CrewError,
     CrewExecutionFailedError,
     CrewNotFoundError,
-    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.models import CrewState, HumanInputWebhook, check_webhook_url
@@ -287,18 +285,16 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
             if self.human_input_webhook_conn_id
             else None
         )
-        try:
-            kickoff_id = hook.kickoff(
-                self.inputs,
-                meta=self.meta,
-                task_webhook_url=self.task_webhook_url or None,
-                step_webhook_url=self.step_webhook_url or None,
-                crew_webhook_url=self.crew_webhook_url or None,
-                human_input_webhook=human_input_webhook,
-            )
-        except CrewOutcomeUnknownError as error:
-            # A retry could start a second, paid execution: fail for good and let a person decide.
-            raise AirflowFailException(f"{error} Failing without retry.") from None
+        # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
+        # start a second, paid execution.
+        kickoff_id = hook.kickoff(
+            self.inputs,
+            meta=self.meta,
+            task_webhook_url=self.task_webhook_url or None,
+            step_webhook_url=self.step_webhook_url or None,
+            crew_webhook_url=self.crew_webhook_url or None,
+            human_input_webhook=human_input_webhook,
+        )
         self.log.info("Started crew execution %s", kickoff_id)
         # Kept (without credentials) so CrewResumeOperator can re-supply them: the service forgets
         # webhook addresses at resume (contract rule 4.2).
@@ -455,8 +451,6 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
                 self.is_approve,
                 **webhooks,
             )
-        except CrewOutcomeUnknownError as error:
-            raise AirflowFailException(f"{error} Failing without retry.") from None
         except CrewBadRequestError as error:
             raise self._not_paused_error(hook, execution_id, error) from None
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)

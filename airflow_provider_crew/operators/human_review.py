@@ -25,14 +25,12 @@ from airflow_provider_crew._compat import (
     AIRFLOW_V_3_1_PLUS,
     AIRFLOW_V_3_3_PLUS,
     AirflowException,
-    AirflowFailException,
     BaseOperator,
 )
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
     CrewConfigurationError,
     CrewError,
-    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.models import CrewState, CrewStatus
@@ -369,8 +367,6 @@ class CrewHumanReviewOperator(CrewWaitMixin, BaseOperator):
         webhooks = self._webhook_addresses(context, kickoff_id)
         try:
             result = hook.resume(kickoff_id, crew_task_id, feedback, answer["is_approve"], **webhooks)
-        except CrewOutcomeUnknownError as error:
-            raise AirflowFailException(f"{error} Failing without retry.") from None
         except CrewBadRequestError as error:
             # Someone resumed it elsewhere, or it ended: record that and follow the execution.
             entry.update(applied=False, note=f"Not applied: {error.service_message or error}")

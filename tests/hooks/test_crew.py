@@ -11,6 +11,7 @@ import pytest
 import requests
 import urllib3.exceptions
 
+from airflow_provider_crew._compat import AirflowFailException
 from airflow_provider_crew.connection import StatusPathStyle
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
@@ -304,6 +305,9 @@ def test_kickoff_is_never_repeated_when_its_outcome_is_unknown(hook, requests_mo
 
     assert requests_mock.call_count == 1
     assert TOKEN not in str(caught.value)
+    # Airflow fails a task on this error without using its retries: no retry can start a second run.
+    assert isinstance(caught.value, AirflowFailException)
+    assert str(caught.value).endswith("Failing without retry.")
 
 
 def test_resume_is_never_repeated_when_its_outcome_is_unknown(hook, requests_mock):
