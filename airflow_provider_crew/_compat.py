@@ -15,7 +15,6 @@ from airflow.providers.common.compat.sdk import (
     AirflowNotFoundException,
     BaseHook,
     BaseOperator,
-    BaseOperatorLink,
     BaseSensorOperator,
     conf,
 )
@@ -53,7 +52,6 @@ __all__ = [
     "AirflowNotFoundException",
     "BaseHook",
     "BaseOperator",
-    "BaseOperatorLink",
     "BaseSensorOperator",
     "aget_connection",
     "conf",

@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -233,6 +233,3 @@ def timeout_message(kickoff_id: str, last_status: CrewStatus | None) -> str:
         f"Timed out waiting for crew execution {kickoff_id} (last seen: {where}). The execution was not "
         "stopped and may still be running; raise `timeout` to wait longer."
     )
-
-
-OnHumanInput = Literal["return", "fail", "wait"]
