@@ -78,8 +78,32 @@ class CrewExecutionFailedError(CrewError):
 
 
 class CrewExecutionNotFoundError(CrewError):
-    """The execution stayed unknown (404) beyond the tolerance window after kickoff."""
+    """The service answers 404 for the execution: still, beyond the grace period after kickoff, or
+    again, after it had answered for it (it lost the execution)."""
 
 
 class CrewExecutionTimeoutError(CrewError):
     """The execution did not reach the awaited state before the deadline."""
+
+
+class CrewResponseTooLargeError(CrewConfigurationError, AirflowFailException):
+    """An answer's body, after decompression, was over the connection's ``max_response_bytes``.
+
+    Reading stopped at the cap. Not retried, by the hook or by Airflow: a repeat would read the
+    same body again. It is a configuration error for the waits (polling again cannot fix it); the
+    message names the endpoint, the cap and the setting that raises it.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, limit: int) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.limit = limit
+
+
+class CrewRedirectError(CrewHTTPError, CrewConfigurationError):
+    """The service answered with a redirect the provider does not follow.
+
+    Only a GET to the same origin (scheme, host and port) is followed, so the bearer token never
+    reaches another host and a kickoff or resume is never sent to a second place. The fix is the
+    connection's host: set it to the address the service redirects to.
+    """

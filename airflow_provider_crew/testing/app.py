@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from .crews import CrewSpec
 from .engine import Engine, HumanInputTarget, ResumeError
-from .faults import ENDPOINTS, FaultRule, Faults
+from .faults import ENDPOINTS, FaultRule, Faults, gzip_bomb_body, oversized_body
 from .webhooks import WebhookSender
 
 __all__ = ["STATUS_PATH_MODES", "Counters", "CrewServiceApp"]
@@ -317,6 +317,9 @@ class CrewServiceApp:
             await self._drop(send)
             return
         rule = faults.take_response(endpoint, crew)
+        if rule is not None and rule.kind in ("oversized", "gzip_bomb", "redirect"):
+            await self._hostile_answer(scope, send, endpoint, rule)
+            return
         if rule is not None:
             status, body, ctype, headers = self._fault_answer(rule)
             counters.response(endpoint, status)
@@ -339,6 +342,10 @@ class CrewServiceApp:
             await self._drop(send)
             return
         counters.response(endpoint, status)
+        trickle = faults.take("trickle", endpoint, crew)
+        if trickle is not None:
+            await self._send_trickled(send, status, body, ctype, headers, trickle.seconds)
+            return
         await self._send(send, status, body, ctype, headers)
 
     async def _handle(
@@ -578,6 +585,58 @@ class CrewServiceApp:
         )
         await send({"type": "http.response.body", "body": body})
 
+    async def _hostile_answer(self, scope: Scope, send: Send, endpoint: str, rule: FaultRule) -> None:
+        """Answer with an oversized body, a gzip bomb or a redirect, without acting on the request."""
+        if rule.kind == "redirect":
+            assert rule.location is not None
+            target = rule.location.rstrip("/") + scope["path"]
+            self.counters.response(endpoint, rule.status)
+            body = _error_body(rule.status, f"Moved to {target}")
+            await self._send(send, rule.status, body, _JSON, [(b"location", target.encode())])
+            return
+        self.counters.response(endpoint, 200)
+        length = rule.size
+        headers: list[tuple[bytes, bytes]] = [(b"content-type", _JSON)]
+        if rule.kind == "gzip_bomb":
+            # Built once per size, off the loop: the service keeps answering meanwhile.
+            packed = await asyncio.to_thread(gzip_bomb_body, rule.size)
+            pieces: Iterable[bytes] = (packed[i : i + 65536] for i in range(0, len(packed), 65536))
+            length = len(packed)
+            headers.append((b"content-encoding", b"gzip"))
+        else:
+            pieces = oversized_body(rule.size)
+        headers.append((b"content-length", str(length).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for piece in pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+            if _client_gone(send):
+                return
+        await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _send_trickled(
+        send: Send,
+        status: int,
+        body: bytes,
+        ctype: bytes,
+        headers: list[tuple[bytes, bytes]],
+        seconds: float,
+    ) -> None:
+        """The real answer, one byte every ``seconds`` (a proxy or service stuck mid-answer)."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), *headers],
+            }
+        )
+        for index in range(len(body)):
+            await send({"type": "http.response.body", "body": body[index : index + 1], "more_body": True})
+            await asyncio.sleep(seconds)
+            if _client_gone(send):
+                return
+        await send({"type": "http.response.body", "body": b""})
+
     @staticmethod
     async def _drop(send: Send) -> None:
         """Reset the TCP connection without answering.
@@ -600,6 +659,11 @@ class CrewServiceApp:
             if getattr(cycle, "disconnected", True):
                 break
             await asyncio.sleep(0)
+
+
+def _client_gone(send: Send) -> bool:
+    """Whether uvicorn saw the client hang up (so a long answer can stop being sent)."""
+    return bool(getattr(getattr(send, "__self__", None), "disconnected", False))
 
 
 CONTROL_ROUTES = [

@@ -514,7 +514,7 @@ class Engine:
                 f"task_id {task_id!r} is not the task waiting for human input; "
                 f"expected {paused.task_id!r} ({task.name})",
             )
-        # Rule 4.2: webhook addresses are not carried over; only those given now are used.
+        # The contract's resume rule: webhook addresses are not carried over; only those given now are used.
         ex.webhooks = {k: webhooks.get(k) for k in WEBHOOK_KINDS}
         ex.feedback.append(
             FeedbackRound(

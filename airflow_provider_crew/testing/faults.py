@@ -14,22 +14,47 @@ Kinds:
 ``drop_before``  close the connection (TCP reset) without reading or acting on the request.
 ``drop_after``   act on the request (e.g. start the execution), then reset without a response.
 ``status_404``   each execution kicked off while armed answers 404 to its first ``count`` polls.
+
+Hostile or broken answers (what a client must survive without harm to its process):
+
+``oversized``    answer 200 with a JSON body of ``size`` bytes, without acting on the request.
+``gzip_bomb``    answer 200 with ``Content-Encoding: gzip``: a small body that inflates to ``size``
+                 bytes of JSON, without acting on the request.
+``trickle``      act on the request, then send the answer one byte every ``seconds``.
+``redirect``     answer ``status`` (default 307) with ``Location: <location><request path>``,
+                 without acting on the request: e.g. to another host, which must not see the token.
 """
 
 from __future__ import annotations
 
+import functools
+import struct
 import threading
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["ENDPOINTS", "FAULT_KINDS", "FaultRule", "Faults", "FaultsAPI"]
 
 ENDPOINTS = ("health", "inputs", "kickoff", "status", "resume")
-FAULT_KINDS = ("latency", "slow_first", "error", "html_500", "drop_before", "drop_after", "status_404")
+FAULT_KINDS = (
+    "latency",
+    "slow_first",
+    "error",
+    "html_500",
+    "drop_before",
+    "drop_after",
+    "status_404",
+    "oversized",
+    "gzip_bomb",
+    "trickle",
+    "redirect",
+)
 # Kinds that replace the normal response, checked in this order.
-_RESPONSE_KINDS = ("error", "html_500")
+_RESPONSE_KINDS = ("error", "html_500", "oversized", "gzip_bomb", "redirect")
+REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 
 
 @dataclass
@@ -43,6 +68,8 @@ class FaultRule:
     status: int = 503
     retry_after: float | None = 1.0
     crew: str | None = None
+    size: int = 0
+    location: str | None = None
     fired: int = 0
     id: int = 0
 
@@ -71,11 +98,40 @@ class FaultRule:
             not isinstance(self.retry_after, int | float) or self.retry_after < 0
         ):
             raise ValueError("retry_after must be a number >= 0 or null")
+        self._check_hostile_answer()
+
+    def _check_hostile_answer(self) -> None:
+        size: Any = self.size
+        if isinstance(size, float) and size.is_integer():
+            self.size = int(size)  # the CLI's key=value form reads numbers as floats
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 0:
+            raise ValueError("size must be a whole number of bytes >= 0")
+        if self.kind in ("oversized", "gzip_bomb") and self.size < 64:
+            raise ValueError(f"{self.kind} needs size >= 64 (bytes of the body, after decompression)")
+        if self.kind == "trickle" and self.seconds <= 0:
+            raise ValueError("trickle needs seconds > 0 (the pause between two bytes of the answer)")
+        if self.kind == "redirect":
+            if self.status == 503:  # the dataclass default: a redirect's own default is 307
+                self.status = 307
+            if self.status not in REDIRECT_STATUSES:
+                raise ValueError(f"redirect status must be one of {', '.join(map(str, REDIRECT_STATUSES))}")
+            if not isinstance(self.location, str) or not self.location.startswith(("http://", "https://")):
+                raise ValueError("redirect needs a location: an absolute http(s) URL, e.g. http://other:8080")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
         """Build a rule from JSON-like data (control API, CLI ``--fault``, crew files)."""
-        allowed = {"kind", "endpoint", "count", "seconds", "status", "retry_after", "crew"}
+        allowed = {
+            "kind",
+            "endpoint",
+            "count",
+            "seconds",
+            "status",
+            "retry_after",
+            "crew",
+            "size",
+            "location",
+        }
         unknown = sorted(set(data) - allowed)
         if unknown:
             raise ValueError(f"unknown fault fields {unknown}; allowed: {sorted(allowed)}")
@@ -103,6 +159,12 @@ class FaultRule:
             return f"{self.kind} {self.seconds}s {times} {where}"
         if self.kind == "status_404":
             return f"status_404: first {self.count} polls of each new execution answer 404"
+        if self.kind in ("oversized", "gzip_bomb"):
+            return f"{self.kind} {self.size} bytes {times} {where}"
+        if self.kind == "trickle":
+            return f"trickle one byte every {self.seconds}s {times} {where}"
+        if self.kind == "redirect":
+            return f"redirect {self.status} to {self.location} {times} {where}"
         return f"{self.kind} {times} {where}"
 
     def matches(self, endpoint: str, crew: str | None) -> bool:
@@ -192,6 +254,35 @@ class FaultsAPI(ABC):
     def status_404(self, polls: int = 2, crew: str | None = None) -> dict[str, Any]:
         """Executions kicked off from now on answer 404 to their first ``polls`` status polls."""
         return self.add(FaultRule("status_404", "status", polls, crew=crew))
+
+    def oversized(
+        self, size: int, endpoint: str = "*", count: int | None = 1, crew: str | None = None
+    ) -> dict[str, Any]:
+        """``count`` answers of 200 whose JSON body is ``size`` bytes long (nothing is acted on)."""
+        return self.add(FaultRule("oversized", endpoint, count, size=size, crew=crew))
+
+    def gzip_bomb(
+        self, size: int, endpoint: str = "*", count: int | None = 1, crew: str | None = None
+    ) -> dict[str, Any]:
+        """``count`` answers of 200 in gzip that inflate to ``size`` bytes (nothing is acted on)."""
+        return self.add(FaultRule("gzip_bomb", endpoint, count, size=size, crew=crew))
+
+    def trickle(
+        self, seconds: float, endpoint: str = "*", count: int | None = 1, crew: str | None = None
+    ) -> dict[str, Any]:
+        """Act on ``count`` requests, then send each answer one byte every ``seconds``."""
+        return self.add(FaultRule("trickle", endpoint, count, seconds=seconds, crew=crew))
+
+    def redirect(
+        self,
+        location: str,
+        status: int = 307,
+        endpoint: str = "*",
+        count: int | None = 1,
+        crew: str | None = None,
+    ) -> dict[str, Any]:
+        """``count`` answers of ``status`` with ``Location: <location><request path>``."""
+        return self.add(FaultRule("redirect", endpoint, count, status=status, location=location, crew=crew))
 
 
 def _count_key(rule: FaultRule) -> str:
@@ -302,3 +393,54 @@ class Faults(FaultsAPI):
     def record_hidden_poll(self, rule: FaultRule) -> None:
         with self._lock:
             self._fire(rule)
+
+
+# -- hostile answers -------------------------------------------------------------------------------
+
+# The body of an ``oversized`` or ``gzip_bomb`` answer: a status record whose ``result`` is padded
+# so the whole JSON is exactly ``size`` bytes. A client that reads it whole sees a success.
+_HOSTILE_PREFIX = b'{"state": "SUCCESS", "status": "Completed", "result": "'
+_HOSTILE_SUFFIX = b'"}'
+_BLOCK = 1024 * 1024
+
+
+def _filler_length(size: int) -> int:
+    return max(0, size - len(_HOSTILE_PREFIX) - len(_HOSTILE_SUFFIX))
+
+
+def oversized_body(size: int) -> Iterator[bytes]:
+    """The ``oversized`` body in pieces of at most 1 MiB: the service never holds it whole."""
+    yield _HOSTILE_PREFIX
+    left = _filler_length(size)
+    block = b"x" * min(_BLOCK, left)
+    while left > 0:
+        piece = block if left >= len(block) else block[:left]
+        left -= len(piece)
+        yield piece
+    yield _HOSTILE_SUFFIX
+
+
+@functools.lru_cache(maxsize=4)
+def gzip_bomb_body(size: int) -> bytes:
+    """A gzip stream that inflates to the ``oversized`` body of ``size`` bytes (about 1/1000 of it).
+
+    Built without compressing ``size`` bytes: a full flush resets the compressor, so every 1 MiB
+    block of filler compresses to the same bytes, which are repeated. Takes about a second for
+    512 MiB (the CRC is still computed over the inflated data, as gzip requires).
+    """
+    filler = _filler_length(size)
+    blocks, rest = divmod(filler, _BLOCK)
+    block = b"x" * _BLOCK
+    tail = b"x" * rest + _HOSTILE_SUFFIX
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    head = compressor.compress(_HOSTILE_PREFIX) + compressor.flush(zlib.Z_FULL_FLUSH)
+    packed_block = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH) if blocks else b""
+    packed_tail = compressor.compress(tail) + compressor.flush()
+    crc = zlib.crc32(_HOSTILE_PREFIX)
+    for _ in range(blocks):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    length = len(_HOSTILE_PREFIX) + filler + len(_HOSTILE_SUFFIX)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # gzip, deflate, no name, no mtime
+    trailer = struct.pack("<II", crc & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    return header + head + packed_block * blocks + packed_tail + trailer

@@ -6,6 +6,7 @@ The same paths run over real HTTP against the local crew service in tests/integr
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
@@ -33,11 +34,24 @@ KICKOFF_ID = "5d3b6f1e-2f55-4b7e-9d3c-3c2f1d0e9a11"
 
 
 
+def fake_time(hook: CrewHook) -> list[float]:
+    """Make the hook's sleeps instant: each one moves its clock on instead. Returns the sleeps."""
+    sleeps: list[float] = []
+    now = [time.time()]
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    hook._sleep = sleep
+    hook._clock = lambda: now[0]
+    return sleeps
+
+
 @pytest.fixture
 def hook(crew_conn) -> CrewHook:
     hook = CrewHook()
-    hook.sleeps = []  # type: ignore[attr-defined]
-    hook._sleep = hook.sleeps.append  # type: ignore[attr-defined]
+    hook.sleeps = fake_time(hook)  # type: ignore[attr-defined]
     return hook
 
 
@@ -231,26 +245,57 @@ def test_get_retries_on_retryable_statuses_honouring_retry_after(hook, requests_
     assert 1.0 <= hook.sleeps[1] <= 2.0  # then back-off with jitter: retry_delay * 2**1, halved at most
 
 
-def test_get_gives_up_after_the_retry_limit(crew_conn, requests_mock):
+@pytest.mark.parametrize("status", [502, 504])
+def test_get_gives_up_on_a_failing_gateway_after_the_retry_limit(crew_conn, requests_mock, status):
     crew_conn(retry_limit=2, retry_delay=0.5)
     hook = CrewHook()
-    sleeps: list[float] = []
-    hook._sleep = sleeps.append
-    requests_mock.get(f"{BASE_URL}/inputs", status_code=503, json={"message": "warming up"})
-    with pytest.raises(CrewServerError, match="answered 503: warming up"):
+    sleeps = fake_time(hook)
+    requests_mock.get(f"{BASE_URL}/inputs", status_code=status, json={"message": "upstream down"})
+    with pytest.raises(CrewServerError, match=rf"answered {status}: upstream down\. Gave up after 3 attempt\(s\).*retry_limit of 2 is used up"):
         hook.get_inputs()
     assert requests_mock.call_count == 3
     assert len(sleeps) == 2
-    assert all(0.25 <= delay <= 1.0 for delay in sleeps)
+    assert 0.25 <= sleeps[0] <= 0.5 and 0.5 <= sleeps[1] <= 1.0  # doubling, jittered
 
 
-def test_rate_limit_exhausted_raises_rate_limited(crew_conn, requests_mock):
-    crew_conn(retry_limit=1)
+@pytest.mark.parametrize(("status", "error_type"), [(429, CrewRateLimitedError), (503, CrewServerError)])
+def test_busy_answers_are_retried_for_the_retry_budget_not_a_count(crew_conn, requests_mock, status, error_type):
+    crew_conn(retry_limit=0, retry_delay=1, retry_budget=40)  # retry_limit does not govern 429/503
     hook = CrewHook()
-    hook._sleep = lambda _: None
-    requests_mock.get(f"{BASE_URL}/inputs", status_code=429, headers={"Retry-After": "1"}, json={"error": "slow down"})
-    with pytest.raises(CrewRateLimitedError, match="429"):
+    sleeps = fake_time(hook)
+    requests_mock.get(f"{BASE_URL}/inputs", status_code=status, headers={"Retry-After": "1"}, json={"error": "busy"})
+
+    with pytest.raises(error_type, match=rf"answered {status}.*retry_budget of 40 s is used up") as caught:
         hook.get_inputs()
+
+    assert caught.value.http_status == status
+    assert requests_mock.call_count == len(sleeps) + 1 >= 5  # 1, 1-2, 2-4, 4-8, 8-16 s fit in 40 s
+    assert sum(sleeps) <= 40
+
+
+def test_retry_after_is_a_floor_under_a_growing_jittered_backoff(crew_conn, requests_mock):
+    crew_conn(retry_delay=1)
+    hook = CrewHook()
+    sleeps = fake_time(hook)
+    busy = {"status_code": 429, "headers": {"Retry-After": "1"}, "json": {"error": "slow down"}}
+    requests_mock.get(f"{BASE_URL}/inputs", [busy] * 7 + [{"json": {"inputs": ["topic"]}}])
+
+    assert hook.get_inputs() == ["topic"]
+
+    assert len(sleeps) == 7
+    for retry, delay in enumerate(sleeps):
+        ceiling = min(60.0, 2.0**retry)
+        assert max(1.0, ceiling / 2) <= delay <= max(1.0, ceiling)  # never under Retry-After, then growing
+    assert sleeps[6] >= 30  # half the 60 s cap at least, not Retry-After's 1 s: many callers spread out
+
+
+def test_a_long_retry_after_is_honoured_up_to_five_minutes(hook, requests_mock):
+    requests_mock.get(
+        f"{BASE_URL}/inputs",
+        [{"status_code": 503, "headers": {"Retry-After": "7200"}}, {"json": {"inputs": []}}],
+    )
+    hook.get_inputs()  # the budget (300 s) still allows one pause of the longest honoured length
+    assert hook.sleeps == [300.0]
 
 
 def test_get_retries_connection_errors_of_any_kind(hook, requests_mock):
@@ -323,7 +368,7 @@ def test_resume_is_never_repeated_when_its_outcome_is_unknown(hook, requests_moc
 def test_transport_failure_after_retries_names_the_endpoint(crew_conn, requests_mock):
     crew_conn(retry_limit=1)
     hook = CrewHook()
-    hook._sleep = lambda _: None
+    fake_time(hook)
     requests_mock.get(f"{BASE_URL}/inputs", exc=refused())
     with pytest.raises(CrewTransportError, match=r"GET /inputs to https://crew.example.test/inputs failed after 2"):
         hook.get_inputs()
@@ -399,10 +444,20 @@ def test_non_json_success_body_is_a_server_error(hook, requests_mock):
         hook.get_status(KICKOFF_ID)
 
 
-def test_kickoff_response_without_id_is_a_server_error(hook, requests_mock):
-    requests_mock.post(f"{BASE_URL}/kickoff", json={"id": "x"})
-    with pytest.raises(CrewServerError, match="kickoff_id"):
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [({"json": {"id": "x"}}, "kickoff_id"), ({"text": "<html>OK</html>"}, "not JSON: '<html>OK</html>'")],
+)
+def test_a_kickoff_answer_that_cannot_be_read_is_an_unknown_outcome(hook, requests_mock, answer, detail):
+    """The service said 200: it may have started an execution, so no one may send the kickoff again."""
+    requests_mock.post(f"{BASE_URL}/kickoff", [answer, {"json": {"kickoff_id": "second"}}])
+
+    with pytest.raises(CrewOutcomeUnknownError, match="answered 200 with a body that cannot be read") as caught:
         hook.kickoff({"topic": "x"})
+
+    assert detail in str(caught.value) and "an execution may have started" in str(caught.value)
+    assert isinstance(caught.value, AirflowFailException)  # Airflow does not retry the task either
+    assert requests_mock.call_count == 1
 
 
 # -- connection test button -----------------------------------------------------------------------
@@ -421,7 +476,12 @@ def test_test_connection_tells_a_bad_token(hook, requests_mock):
     requests_mock.get(f"{BASE_URL}/", text="Healthy")
     requests_mock.get(f"{BASE_URL}/inputs", status_code=401, json={"error": "Unauthorized"})
     ok, message = hook.test_connection()
-    assert (ok, message) == (False, f"Bad token: the service at {BASE_URL} rejected it (401).")
+    assert (ok, message) == (
+        False,
+        f"Bad token: the crew at {BASE_URL} rejected the token (401). Put the token from the crew's status "
+        "tab in 'Bearer token'.",
+    )
+    assert TOKEN not in message
 
 
 def test_test_connection_tells_unreachable_without_retrying(hook, requests_mock):
@@ -432,11 +492,21 @@ def test_test_connection_tells_unreachable_without_retrying(hook, requests_mock)
     assert requests_mock.call_count == 1
 
 
-def test_test_connection_reports_bad_configuration(crew_conn):
-    crew_conn(host="crew.example.test")
-    ok, message = CrewHook().test_connection()
+def test_test_connection_reports_bad_configuration_by_field_not_by_connection_id(crew_conn):
+    # Airflow's Test action runs the hook under a random id such as this one.
+    crew_conn("DUILOSWE", host="crew.example.test")
+    ok, message = CrewHook("DUILOSWE").test_connection()
+    assert (ok, message) == (
+        False,
+        "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test.",
+    )
+
+
+def test_test_connection_reports_a_missing_connection(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NOWHERE", raising=False)
+    ok, message = CrewHook("nowhere").test_connection()
     assert ok is False
-    assert "has no scheme" in message
+    assert message.startswith("Connection 'nowhere' is not defined where this runs.")
 
 
 def test_wrong_connection_type_is_named(monkeypatch):
@@ -446,8 +516,6 @@ def test_wrong_connection_type_is_named(monkeypatch):
 
 
 def test_retries_stop_at_the_callers_deadline_even_when_the_service_asks_for_more(hook, requests_mock):
-    import time
-
     requests_mock.get(
         f"{BASE_URL}/{KICKOFF_ID}/status",
         [{"status_code": 429, "headers": {"Retry-After": "100"}}, {"json": {"state": "RUNNING"}}],
@@ -462,3 +530,16 @@ def test_a_missing_connection_is_named_with_the_fix(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_NOWHERE", raising=False)
     with pytest.raises(CrewConfigurationError, match=r"Connection 'nowhere' is not defined where this runs.*AIRFLOW_CONN_NOWHERE"):
         CrewHook(crew_conn_id="nowhere").config  # noqa: B018
+
+
+def test_a_one_try_call_is_sent_once_even_when_the_service_says_busy(hook, requests_mock):
+    """What the connection test relies on: ``retry_limit=0`` means one request, whatever the answer."""
+    from airflow_provider_crew.hooks.crew import _build_call
+
+    requests_mock.get(f"{BASE_URL}/", status_code=503, headers={"Retry-After": "1"})
+
+    response = hook._send(_build_call(hook.config, "GET", "/"), retry_limit=0)
+
+    assert response.status_code == 503
+    assert "this call tries only once" in response.note
+    assert requests_mock.call_count == 1 and hook.sleeps == []

@@ -8,11 +8,14 @@ Waits poll a condition under a deadline; nothing sleeps and hopes.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import logging
+import os
+import re
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,7 +30,8 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks import crew as crew_module
-from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.models import CrewState, CrewStatus, ResumeStatus
 from airflow_provider_crew.testing import wait_until
 
@@ -286,13 +290,56 @@ def test_retry_after_from_the_service_wins_over_the_connection_delay(crew_servic
     assert crew_service.request_count("inputs") == 2
 
 
-def test_get_gives_up_after_the_retry_limit(crew_service, connect):
+def test_rate_limiting_is_retried_until_the_retry_budget_is_used(crew_service, connect):
     crew_service.faults.rate_limit(count=None, endpoint="inputs", retry_after=0.01)
 
     with pytest.raises(CrewRateLimitedError) as caught:
-        connect(retry_limit=2).get_inputs()
+        connect(retry_limit=0, retry_budget=0.5).get_inputs()
 
     assert caught.value.http_status == 429
+    assert "retry_budget of 0.5 s is used up" in str(caught.value)
+    assert crew_service.request_count("inputs") >= 3  # retry_limit=0 does not stop 429 retries
+
+
+def test_a_burst_of_100_rate_limits_costs_no_task_retry_and_no_duplicate_kickoff(crew_service, monkeypatch, caplog):
+    """100 mapped kickoff tasks, 25 running at a time, meet 100 answers of 429 (Retry-After: 1).
+
+    Default connection settings. Each task does what CrewKickoffOperator does: GET /inputs, then
+    POST /kickoff. Every request gets 429 until the burst is spent, so the 100 answers fall on the
+    first 25 calls: one of them meets at least 4 in a row, more than the 3 retries a count-only
+    policy allowed (issue: 14 of 60 such tasks needed an Airflow retry).
+    """
+    for name, value in crew_service.connection_env("crew_default").items():
+        monkeypatch.setenv(name, value)
+    crew_service.faults.rate_limit(count=100, endpoint="*", retry_after=1)
+    topics = [f"topic {n:03d}" for n in range(100)]
+
+    def mapped_task(topic: str) -> str:
+        hook = CrewHook()  # one hook per task, as each task instance builds its own
+        assert hook.get_inputs() == ["topic", "current_year"]
+        return hook.kickoff({"topic": topic, "current_year": "2026"})
+
+    with (
+        caplog.at_level(logging.WARNING, logger="airflow_provider_crew.hooks.retry"),
+        ThreadPoolExecutor(max_workers=25) as pool,
+    ):
+        kickoff_ids = list(pool.map(mapped_task, topics))  # a task that would fail raises here
+
+    assert crew_service.faults.counts == {"error_429": 100}
+    assert len(set(kickoff_ids)) == 100
+    assert crew_service.counters["responses"]["kickoff"].get("200") == 100
+    assert sorted(crew_service.executions[k]["inputs"]["topic"] for k in kickoff_ids) == topics  # each once
+    attempts = [int(n) for n in re.findall(r"answered 429; retrying in [\d.]+ s \(next attempt (\d+)", caplog.text)]
+    assert max(attempts) >= 5  # some call was answered 429 at least 4 times in a row, and still went through
+
+
+def test_get_gives_up_on_a_failing_gateway_after_the_retry_limit(crew_service, connect):
+    crew_service.faults.error(502, count=None, endpoint="inputs", retry_after=None)
+
+    with pytest.raises(CrewServerError) as caught:
+        connect(retry_limit=2).get_inputs()
+
+    assert caught.value.http_status == 502
     assert crew_service.request_count("inputs") == 3  # one try and two retries
 
 
@@ -325,14 +372,15 @@ def test_kickoff_without_faults_is_sent_once(crew_service, connect):
     assert len(crew_service.executions) == 1
 
 
-def test_kickoff_still_unavailable_after_the_retry_limit_starts_nothing(crew_service, connect):
+def test_kickoff_still_unavailable_after_the_retry_budget_starts_nothing(crew_service, connect):
     crew_service.faults.unavailable(count=None, endpoint="kickoff", retry_after=0.01)
 
     with pytest.raises(CrewServerError) as caught:
-        connect(retry_limit=1).kickoff(RESEARCH_INPUTS)
+        connect(retry_budget=0.3).kickoff(RESEARCH_INPUTS)
 
     assert caught.value.http_status == 503
-    assert crew_service.request_count("kickoff") == 2
+    assert "may have started" not in str(caught.value)  # the service said it did not act
+    assert crew_service.request_count("kickoff") >= 2
     assert crew_service.executions == {}
 
 
@@ -526,7 +574,7 @@ async def async_hook(connect):
     """A hook for async tests; the loop's shared aiohttp session is closed when the test ends."""
     hook = connect(status_path_style="contract")
     yield hook
-    session = crew_module._shared_sessions.get(asyncio.get_running_loop())
+    session = loop_session()
     await close_shared_sessions()
     assert session is None or session.closed
 
@@ -586,3 +634,56 @@ async def test_aget_status_learns_the_deployed_form(crew_service, connect):
 
     assert crew_service.counters["status_paths"] == {"contract": 1, "deployed": 2}
     assert crew_module._learned_status_styles == {crew_service.base_url: StatusPathStyle.DEPLOYED}
+
+
+# -- the shared session's lifetime in a real run --------------------------------------------------------
+
+# Lines a successful run must not print: asyncio's complaints about unclosed aiohttp sessions or
+# abandoned tasks, and any warning or error logged by the provider itself.
+SESSION_NOISE = (
+    "Unclosed client session",
+    "Unclosed connector",
+    "Task was destroyed but it is pending",
+    "Task exception was never retrieved",
+)
+PROVIDER_WARNING = re.compile(r"\[(warning|error)\s*\].*\[(airflow_provider_crew[\w.]*|asyncio)\]", re.IGNORECASE)
+
+# Loaded into the `airflow dags test` process (sitecustomize): when it exits, it writes down how
+# many aiohttp sessions are still open. asyncio only complains about an unclosed session when the
+# garbage collector reaches it, which may be never before the process ends; this count does not
+# depend on that.
+SESSION_PROBE = """
+import atexit, gc, os, sys
+
+def _count_open_sessions():
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None or "airflow_provider_crew.hooks.crew" not in sys.modules:
+        return
+    gc.collect()
+    sessions = [o for o in gc.get_objects() if type(o) is aiohttp.ClientSession]
+    with open(os.environ["CREW_SESSION_PROBE"], "a") as out:
+        out.write(f"{sum(1 for s in sessions if not s.closed)} open of {len(sessions)}\\n")
+
+atexit.register(_count_open_sessions)
+"""
+
+
+def test_a_deferrable_dags_test_closes_its_sessions_and_prints_no_warning(run_dag, crew_service, tmp_path):
+    """``airflow dags test`` runs each deferred trigger in its own ``asyncio.run`` loop. The shared
+    aiohttp session is closed inside that loop as it ends, not left open after the loop is gone."""
+    (tmp_path / "sitecustomize.py").write_text(SESSION_PROBE)
+    probe = tmp_path / "sessions.txt"
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+
+    run = run_dag(
+        "example_crew_mapped",
+        deferrable=True,
+        extra_env={"PYTHONPATH": pythonpath, "CREW_SESSION_PROBE": str(probe)},
+    )
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert "CrewStatusTrigger" in run.stdout  # the three mapped waits were deferred, each in its own loop
+    assert probe.read_text() == "0 open of 0\n"  # closed, and not kept alive by the shared-session map
+    for noise in SESSION_NOISE:
+        assert noise not in run.stdout, run.stdout[-3000:]
+    assert [line for line in run.stdout.splitlines() if PROVIDER_WARNING.search(line)] == []

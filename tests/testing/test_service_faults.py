@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+import http.client
+import json
 import time
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -180,11 +184,91 @@ def test_faults_given_at_start_and_in_crew_files() -> None:
         ({"kind": "status_404", "count": None}, "needs a count"),
         ({"kind": "error", "colour": "red"}, "unknown fault fields"),
         ({"endpoint": "status"}, "needs a 'kind'"),
+        ({"kind": "oversized"}, "oversized needs size >= 64"),
+        ({"kind": "gzip_bomb", "size": -1}, "size must be a whole number"),
+        ({"kind": "trickle"}, "trickle needs seconds > 0"),
+        ({"kind": "redirect"}, "redirect needs a location"),
+        ({"kind": "redirect", "location": "http://h.test", "status": 300}, "redirect status must be one of"),
     ],
 )
 def test_invalid_fault_rules_are_refused(data: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FaultRule.from_dict(data)
+
+
+# -- hostile answers: what a client must survive without harm to its process
+
+
+MiB = 1024 * 1024
+
+
+def test_oversized_answers_with_a_large_json_body_and_acts_on_nothing(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.oversized(5 * MiB, endpoint="kickoff")
+
+    resp = api.post("/kickoff", {"inputs": INPUTS})
+
+    assert resp.status_code == 200
+    assert resp.headers["content-length"] == str(5 * MiB) and len(resp.content) == 5 * MiB
+    assert resp.json()["state"] == "SUCCESS"  # read whole, it even parses
+    assert crew_service.executions == {}
+    assert crew_service.faults.counts == {"oversized": 1}
+    assert crew_service.counters["responses"]["kickoff"] == {"200": 1}
+
+
+def test_gzip_bomb_is_small_on_the_wire_and_inflates_to_its_size(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.gzip_bomb(64 * MiB, endpoint="inputs")
+
+    resp = api.get("/inputs", stream=True)
+    wire = resp.raw.read(decode_content=False)
+
+    assert resp.status_code == 200 and resp.headers["content-encoding"] == "gzip"
+    assert len(wire) < 64 * MiB / 500
+    body = gzip.decompress(wire)
+    assert len(body) == 64 * MiB and json.loads(body)["state"] == "SUCCESS"
+    assert crew_service.faults.counts == {"gzip_bomb": 1}
+
+
+def test_trickle_acts_then_sends_the_answer_one_byte_at_a_time(crew_service: LocalCrewService) -> None:
+    crew_service.faults.trickle(0.02, endpoint="kickoff")
+    url = urlsplit(crew_service.base_url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    body = json.dumps({"inputs": INPUTS})
+    headers = {**crew_service.auth_headers(), "Content-Type": "application/json"}
+    started = time.monotonic()
+    connection.request("POST", "/kickoff", body=body, headers=headers)
+    resp = connection.getresponse()
+    pieces = []
+    while piece := resp.read1(1024):
+        pieces.append(piece)
+    connection.close()
+
+    answer = b"".join(pieces)
+    assert json.loads(answer)["kickoff_id"] in crew_service.executions  # it acted, then trickled
+    assert time.monotonic() - started >= 0.02 * (len(answer) - 1)  # one pause per byte, at least
+    assert len(pieces) > 1
+    assert crew_service.faults.counts == {"trickle": 1}
+
+
+@pytest.mark.parametrize(("status", "endpoint", "path"), [(307, "kickoff", "/kickoff"), (302, "inputs", "/inputs")])
+def test_redirect_points_elsewhere_and_acts_on_nothing(api: Api, crew_service: LocalCrewService, status, endpoint, path) -> None:
+    crew_service.faults.redirect("http://elsewhere.example.test:8080/base/", status=status, endpoint=endpoint)
+
+    resp = api.session.request(
+        "POST" if endpoint == "kickoff" else "GET", api.base_url + path, json={"inputs": INPUTS}, allow_redirects=False, timeout=10
+    )
+
+    assert resp.status_code == status
+    assert resp.headers["location"] == f"http://elsewhere.example.test:8080/base{path}"
+    assert crew_service.executions == {}
+    assert crew_service.faults.counts == {"redirect": 1}
+
+
+def test_a_redirect_rule_defaults_to_307_and_new_fields_travel_through_the_control_api(remote: RemoteCrewService) -> None:
+    added = remote.faults.redirect("http://other.test:1")
+    assert (added["kind"], added["status"], added["location"]) == ("redirect", 307, "http://other.test:1")
+    big = remote.faults.add({"kind": "gzip_bomb", "size": 1024.0, "endpoint": "status"})
+    assert big["size"] == 1024  # the CLI's key=value form sends numbers as floats
+    assert FaultRule.from_dict({"kind": "trickle", "seconds": 0.5}).describe() == "trickle one byte every 0.5s x1 on all endpoints"
 
 
 # -- the same knobs over the HTTP control API, as a test would steer a separately running service

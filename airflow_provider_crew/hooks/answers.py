@@ -1,0 +1,117 @@
+"""Reading the service's answers: typed errors from error statuses, JSON, and request bodies.
+
+The messages quote what the service said (docs/contract.md, "Errors") and name fields, never
+values: a token or a webhook credential may be among them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from airflow_provider_crew.exceptions import (
+    CrewAuthenticationError,
+    CrewBadRequestError,
+    CrewConfigurationError,
+    CrewHTTPError,
+    CrewNotFoundError,
+    CrewRateLimitedError,
+    CrewServerError,
+    CrewValidationError,
+)
+from airflow_provider_crew.hooks.retry import outcome_unknown
+from airflow_provider_crew.hooks.transport import Call, Response
+from airflow_provider_crew.models import ServiceError
+
+
+def raise_for_response(call: Call, response: Response) -> None:
+    """Turn an error status into the typed error, quoting what the service said."""
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    said = ServiceError.from_body(body, response.text)
+    message = f"{call.endpoint} answered {response.status_code}: {said.describe()}"
+    if response.note:
+        message = f"{message}. {response.note}"
+    if response.status_code != 404:  # a 404 has its own meaning for a wait (not found, or not yet)
+        message = call.explain(message, acted_on=False)
+    kwargs: dict[str, Any] = {
+        "endpoint": call.endpoint,
+        "status_code": response.status_code,
+        "service_message": said.message,
+        "details": said.details,
+    }
+    code = response.status_code
+    if code == 400:
+        raise CrewBadRequestError(message, **kwargs)
+    if code in (401, 403):
+        raise CrewAuthenticationError(
+            f"{message}. Check the bearer token in the connection's password field.", **kwargs
+        )
+    if code == 404:
+        raise CrewNotFoundError(message, **kwargs)
+    if code == 422:
+        raise CrewValidationError(message, missing_inputs=said.missing_inputs, **kwargs)
+    if code == 429:
+        raise CrewRateLimitedError(message, **kwargs)
+    if code >= 500:
+        raise CrewServerError(message, **kwargs)
+    raise CrewHTTPError(message, **kwargs)
+
+
+def parse_json(call: Call, response: Response) -> Any:
+    raise_for_response(call, response)
+    try:
+        return response.json()
+    except ValueError:
+        raise CrewServerError(
+            call.explain(
+                f"{call.endpoint} answered {response.status_code} with a body that is not JSON: "
+                f"{response.text[:200]!r}"
+            ),
+            endpoint=call.endpoint,
+            status_code=response.status_code,
+        ) from None
+
+
+def read_post_answer(call: Call, response: Response, model: type[BaseModel]) -> Any:
+    """A kickoff's or resume's answer, validated.
+
+    An answer that says it worked but cannot be read is an unknown outcome, not a server error:
+    the service may have acted, so neither the hook nor Airflow may send the request again.
+    """
+    raise_for_response(call, response)
+    try:
+        return model.model_validate(response.json())
+    except ValueError as error:  # not JSON, or not the expected fields
+        if isinstance(error, ValidationError):
+            detail = describe_validation_error(error)
+        else:
+            detail = f"not JSON: {response.text[:200]!r}"
+        reason = f"it answered {response.status_code} with a body that cannot be read: {detail}"
+        raise outcome_unknown(call, reason) from None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Name the fields and the problems, never the values (a webhook token may be among them)."""
+    parts = []
+    for item in error.errors(include_input=False, include_url=False):
+        location = ".".join(str(part) for part in item["loc"])
+        text = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{location}: {text}" if location else text)
+    return "; ".join(parts)
+
+
+def build_request_model(model: type[BaseModel], **fields: Any) -> Any:
+    """Validate a request body early, raising a CrewConfigurationError that names the field."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as error:
+        raise CrewConfigurationError(
+            f"Invalid {model.__name__.removesuffix('Request').lower()} request: "
+            f"{describe_validation_error(error)}"
+        ) from None

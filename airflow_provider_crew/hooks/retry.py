@@ -1,0 +1,263 @@
+"""The retry policy: after each attempt of a request, repeat it (after how long) or stop. No I/O.
+
+Which answers are safe to repeat is written down in docs/contract.md ("Retries: which answers are
+safe to repeat"); in short:
+
+- A GET is repeated after any transient failure.
+- A POST (kickoff, resume) is repeated only when the service surely did not act on it: the
+  connection was never made, or the service answered 429 or 503. After a read time-out, a reset
+  once the request was sent, or a 502/504 from a gateway, it may have acted: the request is never
+  repeated, and :class:`CrewOutcomeUnknownError` says so.
+- 429 and 503 ("busy, come back later") are retried for up to ``retry_budget`` seconds; other
+  transient failures, which say nothing about when to come back, up to ``retry_limit`` times.
+- The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
+  never shorter than the service's ``Retry-After``. No retry sleeps past the caller's deadline.
+
+:func:`send_with_retries` and :func:`asend_with_retries` drive the policy with a transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+
+from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
+from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewTransportError
+from airflow_provider_crew.hooks.transport import (
+    LAST_ATTEMPT_SECONDS,
+    Call,
+    Failure,
+    Limits,
+    Response,
+    TransportFailure,
+)
+
+log = logging.getLogger(__name__)
+
+# The service said it did not act and to come back later: safe to repeat, for GET and POST alike.
+BUSY_STATUSES = frozenset({429, 503})
+# A gateway failed: for a GET a repeat is harmless; a POST may have been passed on.
+GATEWAY_STATUSES = frozenset({502, 504})
+# Longest Retry-After honoured as asked; a longer one is treated as this long.
+MAX_RETRY_AFTER_SECONDS = MAX_BACKOFF_SECONDS * 5
+
+
+@dataclass(slots=True)
+class Retry:
+    """Send the request again after ``delay`` seconds."""
+
+    delay: float
+    why: str  # what happened, e.g. "answered 429"
+    progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
+
+
+@dataclass(slots=True)
+class Stop:
+    """Stop retrying: raise ``error`` or, when it is None, give ``response`` back to the caller."""
+
+    response: Response | None = None
+    error: CrewError | None = None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The ``Retry-After`` header in seconds (delta or HTTP date), or None."""
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def outcome_unknown(call: Call, reason: str) -> CrewOutcomeUnknownError:
+    what = (
+        "an execution may have started"
+        if call.endpoint.endswith("/kickoff")
+        else "the feedback may have been applied"
+    )
+    return CrewOutcomeUnknownError(
+        f"{call.endpoint} to {call.url}: the outcome is unknown ({reason}); {what}. It was not repeated, "
+        "so nothing was started twice. Check the service before trying again. Failing without retry."
+    )
+
+
+class RetryPolicy:
+    """The decisions for one request, attempt by attempt.
+
+    :param call: The request.
+    :param config: The connection's settings (``retry_limit``, ``retry_delay``, ``retry_budget``,
+        time-outs and ``max_response_bytes``).
+    :param deadline: Epoch seconds the caller must not be kept past (a wait's deadline), or None.
+    :param max_retries: A hard cap on retries of any kind (0: one try only), or None.
+    :param clock: Epoch seconds now (tests pass a fake one).
+    :param jitter: ``uniform(low, high)`` (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        call: Call,
+        config: CrewConnectionConfig,
+        *,
+        deadline: float | None = None,
+        max_retries: int | None = None,
+        clock: Callable[[], float] = time.time,
+        jitter: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.call = call
+        self.config = config
+        self.deadline = deadline
+        self.max_retries = max_retries
+        self.clock = clock
+        self.jitter = jitter
+        self.started = clock()
+        self.attempts = 0  # attempts decided on so far
+        self.counted_retries = 0  # retries charged to retry_limit
+
+    def limits(self) -> Limits:
+        """What the next attempt may cost: the total bound, cut short by the deadline."""
+        config = self.config
+        total = config.connect_timeout + config.read_timeout
+        if self.deadline is not None:
+            total = min(total, max(self.deadline - self.clock(), LAST_ATTEMPT_SECONDS))
+        return Limits(
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+            total=total,
+            max_bytes=config.max_response_bytes,
+            verify_tls=config.verify_tls,
+        )
+
+    def decide(self, outcome: Response | TransportFailure) -> Retry | Stop:
+        """After one attempt: retry after a delay, or stop with the answer or an error."""
+        self.attempts += 1
+        if isinstance(outcome, TransportFailure):
+            return self._after_failure(outcome)
+        return self._after_answer(outcome)
+
+    def _after_answer(self, response: Response) -> Retry | Stop:
+        code = response.status_code
+        if code in BUSY_STATUSES:
+            delay = self.backoff(retry_after_seconds(response.headers))
+            within_budget = self.clock() - self.started + delay <= self.config.retry_budget
+            if within_budget and self._may_wait(delay):
+                used = self.clock() - self.started
+                return Retry(
+                    delay,
+                    f"answered {code}",
+                    f"next attempt {self.attempts + 1}; {used:.0f} s of the "
+                    f"{self.config.retry_budget:g} s retry budget used",
+                )
+            setting = f"the connection's retry_budget of {self.config.retry_budget:g} s"
+            return Stop(
+                response=replace(response, note=self._gave_up(delay, setting if not within_budget else ""))
+            )
+        if code in GATEWAY_STATUSES:
+            if not self.call.idempotent:
+                return Stop(error=outcome_unknown(self.call, f"HTTP {code} from a gateway"))
+            delay = self.backoff(retry_after_seconds(response.headers))
+            if self._may_count(delay):
+                return Retry(delay, f"answered {code}", self._count_progress())
+            setting = f"the connection's retry_limit of {self.config.retry_limit}"
+            return Stop(response=replace(response, note=self._gave_up(delay, setting)))
+        return Stop(response=response)
+
+    def _after_failure(self, failure: TransportFailure) -> Retry | Stop:
+        if failure.kind is Failure.UNKNOWN and not self.call.idempotent:
+            return Stop(error=outcome_unknown(self.call, failure.reason))
+        delay = self.backoff(None)
+        if failure.kind is not Failure.FATAL and self._may_count(delay):
+            return Retry(delay, f"failed ({failure.reason})", self._count_progress())
+        return Stop(
+            error=CrewTransportError(
+                self.call.explain(
+                    f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
+                    f"{failure.reason}",
+                    acted_on=False,
+                )
+            )
+        )
+
+    def backoff(self, retry_after: float | None) -> float:
+        """``retry_delay`` doubling per retry (capped), jittered, never below ``Retry-After``."""
+        doublings = min(self.attempts - 1, 32)  # the cap is reached long before; no float overflow
+        ceiling = min(MAX_BACKOFF_SECONDS, self.config.retry_delay * 2**doublings)
+        delay = self.jitter(ceiling / 2, ceiling)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, MAX_RETRY_AFTER_SECONDS))
+        return delay
+
+    def _may_wait(self, delay: float) -> bool:
+        if self.max_retries is not None and self.attempts > self.max_retries:
+            return False
+        return self.deadline is None or self.clock() + delay < self.deadline
+
+    def _may_count(self, delay: float) -> bool:
+        if self.counted_retries >= self.config.retry_limit or not self._may_wait(delay):
+            return False
+        self.counted_retries += 1
+        return True
+
+    def _count_progress(self) -> str:
+        return f"retry {self.counted_retries} of {self.config.retry_limit}"
+
+    def _gave_up(self, delay: float, setting: str) -> str:
+        """Why the retries stopped: the deadline, a one-try call or the connection's setting."""
+        if self.deadline is not None and self.clock() + delay >= self.deadline:
+            why = "the next retry would pass the wait's deadline"
+        elif self.max_retries is not None and self.attempts > self.max_retries:
+            why = (
+                "this call tries only once"
+                if self.max_retries == 0
+                else f"at most {self.max_retries} retries"
+            )
+        else:
+            why = f"{setting} is used up" if setting else "no retry left"
+        used = self.clock() - self.started
+        return f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {why}."
+
+
+def _log_retry(call: Call, step: Retry) -> None:
+    log.warning("%s %s; retrying in %.1f s (%s)", call.endpoint, step.why, step.delay, step.progress)
+
+
+def send_with_retries(
+    send: Callable[[Call, Limits], Response | TransportFailure],
+    policy: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Response:
+    """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
+    while True:
+        step = policy.decide(send(policy.call, policy.limits()))
+        if isinstance(step, Stop):
+            if step.error is not None:
+                raise step.error
+            assert step.response is not None
+            return step.response
+        _log_retry(policy.call, step)
+        sleep(step.delay)
+
+
+async def asend_with_retries(
+    send: Callable[[Call, Limits], Awaitable[Response | TransportFailure]],
+    policy: RetryPolicy,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Response:
+    """The async twin of :func:`send_with_retries`."""
+    while True:
+        step = policy.decide(await send(policy.call, policy.limits()))
+        if isinstance(step, Stop):
+            if step.error is not None:
+                raise step.error
+            assert step.response is not None
+            return step.response
+        _log_retry(policy.call, step)
+        await sleep(step.delay)

@@ -1,0 +1,165 @@
+"""The retry policy on its own (no I/O): every outcome of an attempt, for a GET and for a POST.
+
+The table below is docs/contract.md's "Retries: which answers are safe to repeat", as code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_crew.connection import CrewConnectionConfig
+from airflow_provider_crew.exceptions import CrewOutcomeUnknownError, CrewTransportError
+from airflow_provider_crew.hooks.retry import Retry, RetryPolicy, Stop, retry_after_seconds
+from airflow_provider_crew.hooks.transport import Call, Failure, Response, TransportFailure
+
+CONFIG = CrewConnectionConfig(base_url="https://crew.example.test", token="policy-token-a1b2")
+
+
+def call(method: str, path: str = "/kickoff") -> Call:
+    return Call(method=method, url=f"{CONFIG.base_url}{path}", endpoint=f"{method} {path}", headers={})
+
+
+def answer(status: int, retry_after: str | None = None) -> Response:
+    return Response(status, {"Retry-After": retry_after} if retry_after else {}, b"{}")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def policy(method: str, *, deadline: float | None = None, max_retries: int | None = None, **settings) -> RetryPolicy:
+    config = CrewConnectionConfig(base_url=CONFIG.base_url, token=CONFIG.token, **settings)
+    return RetryPolicy(
+        call(method, "/inputs" if method == "GET" else "/kickoff"),
+        config,
+        deadline=deadline,
+        max_retries=max_retries,
+        clock=Clock(),
+        jitter=lambda low, high: high,  # the top of the jitter range: worst case, and exact
+    )
+
+
+SAFE = "retry"
+UNSAFE = "outcome unknown"
+ANSWER = "answer"
+FAIL = "transport error"
+
+OUTCOMES = [
+    # outcome of the attempt,                           GET,   POST
+    (TransportFailure(Failure.NOT_SENT, "refused"), SAFE, SAFE),
+    (TransportFailure(Failure.UNKNOWN, "read timed out"), SAFE, UNSAFE),
+    (TransportFailure(Failure.FATAL, "certificate verify failed"), FAIL, FAIL),
+    (answer(429), SAFE, SAFE),
+    (answer(503), SAFE, SAFE),
+    (answer(502), SAFE, UNSAFE),
+    (answer(504), SAFE, UNSAFE),
+    (answer(500), ANSWER, ANSWER),
+    (answer(400), ANSWER, ANSWER),
+    (answer(404), ANSWER, ANSWER),
+    (answer(200), ANSWER, ANSWER),
+]
+
+
+def verdict(step: Retry | Stop) -> str:
+    if isinstance(step, Retry):
+        return SAFE
+    if isinstance(step.error, CrewOutcomeUnknownError):
+        return UNSAFE
+    if isinstance(step.error, CrewTransportError):
+        return FAIL
+    assert step.response is not None
+    return ANSWER
+
+
+@pytest.mark.parametrize(("outcome", "get", "post"), OUTCOMES)
+def test_which_outcomes_are_safe_to_repeat(outcome, get, post):
+    assert verdict(policy("GET").decide(outcome)) == get
+    assert verdict(policy("POST").decide(outcome)) == post
+
+
+def test_an_unknown_outcome_names_what_may_have_happened_and_never_the_token():
+    step = policy("POST").decide(answer(504))
+
+    assert isinstance(step, Stop) and isinstance(step.error, CrewOutcomeUnknownError)
+    message = str(step.error)
+    assert "POST /kickoff" in message and "HTTP 504 from a gateway" in message
+    assert "an execution may have started" in message and "not repeated" in message
+    assert CONFIG.token not in message
+
+
+def test_busy_answers_are_bounded_by_the_retry_budget_not_the_retry_limit():
+    p = policy("POST", retry_limit=0, retry_delay=1.0, retry_budget=60.0)
+    delays = []
+    while isinstance(step := p.decide(answer(429, "1")), Retry):
+        delays.append(step.delay)
+        p.clock.now += step.delay
+
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]  # the next (32 s) would end past 60 s
+    assert sum(delays) <= 60
+    assert isinstance(step, Stop) and step.response is not None
+    assert "Gave up after 6 attempt(s) in 31 s: the connection's retry_budget of 60 s is used up" in step.response.note
+
+
+def test_retry_after_is_a_floor_and_the_backoff_grows_to_its_cap():
+    p = policy("GET", retry_delay=1.0, retry_budget=10_000.0)
+    delays = []
+    for _ in range(9):
+        step = p.decide(answer(503, "5"))
+        assert isinstance(step, Retry)
+        delays.append(step.delay)
+        p.clock.now += step.delay
+
+    assert delays == [5.0, 5.0, 5.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+
+
+def test_failures_that_do_not_say_when_to_come_back_are_bounded_by_the_retry_limit():
+    p = policy("GET", retry_limit=2)
+    outcomes = [p.decide(TransportFailure(Failure.NOT_SENT, "refused")) for _ in range(3)]
+
+    assert [type(step) for step in outcomes] == [Retry, Retry, Stop]
+    error = outcomes[-1].error
+    assert isinstance(error, CrewTransportError)
+    assert str(error) == f"GET /inputs to {CONFIG.base_url}/inputs failed after 3 attempt(s): refused"
+
+
+def test_no_retry_sleeps_past_the_deadline_and_the_last_attempt_still_gets_a_moment():
+    clock_start = 1_000_000.0
+    p = policy("GET", deadline=clock_start + 3, retry_budget=300.0)
+
+    assert p.limits().total == 3  # the attempt may not outlast the deadline
+    step = p.decide(answer(429, "30"))
+    assert isinstance(step, Stop) and step.response is not None
+    assert "the next retry would pass the wait's deadline" in step.response.note
+
+    p.clock.now += 10  # past the deadline: a last read of the status is still allowed a second
+    assert p.limits().total == 1.0
+
+
+def test_a_one_try_call_never_retries():
+    p = policy("GET", max_retries=0)
+
+    step = p.decide(answer(503, "1"))
+
+    assert isinstance(step, Stop) and "this call tries only once" in step.response.note
+
+
+def test_the_attempt_time_bound_is_connect_plus_read_timeout():
+    p = policy("GET", connect_timeout=4.0, read_timeout=20.0, max_response_bytes=1234)
+    limits = p.limits()
+    assert (limits.total, limits.read_timeout, limits.connect_timeout, limits.max_bytes) == (24.0, 20.0, 4.0, 1234)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("3", 3.0), ("0.5", 0.5), ("-1", 0.0), ("soon", None), ("", None)],
+)
+def test_retry_after_forms(value, seconds):
+    assert retry_after_seconds({"Retry-After": value}) == seconds
+
+
+def test_retry_after_as_an_http_date():
+    assert retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # in the past
