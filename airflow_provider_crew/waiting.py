@@ -1,7 +1,8 @@
-"""Waiting for an execution: the rules shared by the trigger (async) and the blocking paths (sync).
+"""Waiting for an execution: the rules shared by every wait, without I/O.
 
-One place decides when a wait ends and how the poll interval grows, so a deferred and a
-non-deferred task behave the same.
+:func:`decide` says how one poll's result ends a wait (or that it goes on); :class:`Poller` adds
+the growing poll interval and the logging. The trigger (deferred), the worker (blocking) and the
+sensor's ``poke`` all drive these, so every kind of wait ends the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
@@ -26,8 +27,9 @@ from airflow_provider_crew.models import CrewState, CrewStatus
 
 DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_MAX_POLL_INTERVAL = 15.0
-# Services may answer 404 for a fresh kickoff id while it is queued (field notes); beyond this
-# window after the wait began, a 404 means the execution does not exist.
+# Services may answer 404 for a fresh kickoff id while it is queued (docs/contract.md, "404 right
+# after kickoff"). The grace counts from the kickoff and ends early once the service has answered
+# for the execution; after it, a 404 means the execution does not exist (or no longer does).
 DEFAULT_NOT_FOUND_GRACE = 60.0
 
 
@@ -49,7 +51,7 @@ class WaitFor(str, enum.Enum):
 
 
 class Outcome(str, enum.Enum):
-    """How a wait ended: the ``status`` field of every trigger event."""
+    """How a wait ended: the ``outcome`` field of every trigger event."""
 
     SUCCEEDED = "succeeded"
     PAUSED = "paused"
@@ -62,10 +64,12 @@ class Outcome(str, enum.Enum):
 class CrewWaitEvent(BaseModel):
     """The payload of the trigger's one event; ``execute_complete`` validates it with this model."""
 
-    status: Outcome
+    # Triggers of provider versions before the rename sent the outcome as "status"; a task deferred
+    # before an upgrade resumes with such an event, so both names are read.
+    outcome: Outcome = Field(validation_alias=AliasChoices("outcome", "status"))
     kickoff_id: str
     message: str
-    record: dict[str, Any] | None = None
+    record: dict[str, Any] | None = None  # the last status record read, as the service sent it
 
     @classmethod
     def parse(cls, event: Any) -> CrewWaitEvent:
@@ -81,15 +85,15 @@ class CrewWaitEvent(BaseModel):
     @classmethod
     def from_result(cls, kickoff_id: str, result: WaitResult) -> CrewWaitEvent:
         return cls(
-            status=result.outcome,
+            outcome=result.outcome,
             kickoff_id=kickoff_id,
             message=result.message,
-            record=result.status.raw if result.status is not None else None,
+            record=result.last_status.raw if result.last_status is not None else None,
         )
 
     def to_result(self) -> WaitResult:
-        status = CrewStatus.from_response(self.record) if self.record is not None else None
-        return WaitResult(outcome=self.status, message=self.message, status=status)
+        last_status = CrewStatus.from_response(self.record) if self.record is not None else None
+        return WaitResult(outcome=self.outcome, message=self.message, last_status=last_status)
 
 
 def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:
@@ -136,16 +140,67 @@ class StateChangeLogger:
 
 
 class WaitResult(BaseModel):
+    """How a wait ended: the outcome, a message for the log or the error, the last status read."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field must fail, not vanish
+
     outcome: Outcome
     message: str
-    status: CrewStatus | None = None
+    last_status: CrewStatus | None = None
+
+
+def decide(
+    polled: CrewStatus | CrewError,
+    *,
+    kickoff_id: str,
+    wait_for: WaitFor,
+    now: float,
+    deadline: float,
+    not_found_deadline: float,
+    execution_seen: bool,
+    last_status: CrewStatus | None,
+) -> WaitResult | None:
+    """How one poll's result ends a wait, or None to poll again. No I/O, no clock, no state.
+
+    :param polled: The status read, or the error the hook raised after its own retries.
+    :param kickoff_id: The execution, for the messages.
+    :param wait_for: What ends the wait besides failure.
+    :param now: Epoch seconds of this poll.
+    :param deadline: Epoch seconds at which the wait times out.
+    :param not_found_deadline: Epoch seconds until which a 404 counts as a fresh kickoff not visible
+        yet: the kickoff time plus the grace.
+    :param execution_seen: The service answered a status for this execution before this poll; a 404
+        then means it lost the execution, whatever the grace says.
+    :param last_status: The latest status read before this poll, for the messages.
+    """
+    if isinstance(polled, CrewNotFoundError):
+        if execution_seen:
+            return WaitResult(
+                outcome=Outcome.NOT_FOUND,
+                message=lost_message(kickoff_id, polled, last_status),
+                last_status=last_status,
+            )
+        if now >= not_found_deadline:
+            return WaitResult(outcome=Outcome.NOT_FOUND, message=not_found_message(kickoff_id, polled))
+    elif isinstance(polled, CrewError):
+        if is_permanent(polled):
+            return WaitResult(outcome=Outcome.ERROR, message=str(polled), last_status=last_status)
+    elif (outcome := outcome_of(polled, wait_for)) is not None:
+        return WaitResult(outcome=outcome, message=polled.describe(), last_status=polled)
+    if now >= deadline:
+        latest = polled if isinstance(polled, CrewStatus) else last_status
+        return WaitResult(
+            outcome=Outcome.TIMEOUT, message=timeout_message(kickoff_id, latest), last_status=latest
+        )
+    return None
 
 
 class Poller:
-    """The decisions of one wait, without I/O: the trigger (async) and the worker (sync) drive it.
+    """One wait's state around :func:`decide`: the trigger, the worker and ``poke`` drive it.
 
     Feed it each poll's result (a status, or the error the hook raised); it answers either the
-    :class:`WaitResult` that ends the wait or the seconds to sleep before the next poll.
+    :class:`WaitResult` that ends the wait or the seconds to sleep before the next poll. It remembers
+    whether the service has answered for the execution, which ends the 404 grace.
     """
 
     def __init__(
@@ -158,12 +213,14 @@ class Poller:
         poll_interval: float,
         max_poll_interval: float,
         log: logging.Logger | Any,
+        execution_seen: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kickoff_id = kickoff_id
         self.wait_for = wait_for
         self.deadline = deadline
         self.not_found_deadline = not_found_deadline
+        self.execution_seen = execution_seen
         self.poll_interval = poll_interval
         self.max_poll_interval = max(max_poll_interval, poll_interval)
         self.log = log
@@ -171,37 +228,52 @@ class Poller:
         self.last_status: CrewStatus | None = None
         self._interval = poll_interval
         self._log_state_change = StateChangeLogger(log, kickoff_id)
+        self._logged_not_visible = False
 
     def step(self, polled: CrewStatus | CrewError) -> WaitResult | float:
-        if isinstance(polled, CrewNotFoundError):
-            if self.clock() >= self.not_found_deadline:
-                return WaitResult(
-                    outcome=Outcome.NOT_FOUND, message=not_found_message(self.kickoff_id, polled)
-                )
-        elif isinstance(polled, CrewError):
-            if is_permanent(polled):
-                return WaitResult(outcome=Outcome.ERROR, message=str(polled), status=self.last_status)
-            # The hook already retried with back-off; keep polling under the deadline.
-            self.log.warning(
-                "Polling crew execution %s failed (%s); will poll again.", self.kickoff_id, polled
-            )
-        else:
+        now = self.clock()
+        result = decide(
+            polled,
+            kickoff_id=self.kickoff_id,
+            wait_for=self.wait_for,
+            now=now,
+            deadline=self.deadline,
+            not_found_deadline=self.not_found_deadline,
+            execution_seen=self.execution_seen,
+            last_status=self.last_status,
+        )
+        self._observe(polled, now, ended=result is not None)
+        if result is not None:
+            return result
+        delay = min(self._interval, self.deadline - now)
+        self._interval = next_poll_interval(self._interval, self.max_poll_interval)
+        return delay
+
+    def _observe(self, polled: CrewStatus | CrewError, now: float, *, ended: bool) -> None:
+        """Log what the poll showed and remember a sighting of the execution."""
+        if isinstance(polled, CrewStatus):
             self._log_state_change(polled)
             if self.last_status is not None and polled.raw_state != self.last_status.raw_state:
                 self._interval = self.poll_interval  # something is happening: look again soon
             self.last_status = polled
-            if (outcome := outcome_of(polled, self.wait_for)) is not None:
-                return WaitResult(outcome=outcome, message=polled.describe(), status=polled)
-        remaining = self.deadline - self.clock()
-        if remaining <= 0:
-            return WaitResult(
-                outcome=Outcome.TIMEOUT,
-                message=timeout_message(self.kickoff_id, self.last_status),
-                status=self.last_status,
+            if not self.execution_seen:
+                self.execution_seen = True
+                # Kept in the deadline too, so a trigger built from it fails a later 404 at once.
+                self.not_found_deadline = min(self.not_found_deadline, now)
+        elif isinstance(polled, CrewNotFoundError):
+            if not ended and not self._logged_not_visible:
+                self._logged_not_visible = True
+                self.log.info(
+                    "Crew execution %s is not visible yet (404); a fresh kickoff may be queued. "
+                    "Polling on for up to %.0f s.",
+                    self.kickoff_id,
+                    max(0.0, self.not_found_deadline - now),
+                )
+        elif not is_permanent(polled):
+            # The hook already retried with back-off; keep polling under the deadline.
+            self.log.warning(
+                "Polling crew execution %s failed (%s); will poll again.", self.kickoff_id, polled
             )
-        delay = min(self._interval, remaining)
-        self._interval = next_poll_interval(self._interval, self.max_poll_interval)
-        return delay
 
 
 def wait_blocking(
@@ -223,7 +295,17 @@ def wait_blocking(
 def not_found_message(kickoff_id: str, error: CrewError) -> str:
     return (
         f"Crew execution {kickoff_id} not found: the service still answers 404 after the grace period "
-        f"({error}). Check the kickoff id and that the connection points at the crew that started it."
+        f"for a fresh kickoff ({error}). Check the kickoff id and that the connection points at the crew "
+        "that started it."
+    )
+
+
+def lost_message(kickoff_id: str, error: CrewError, last_status: CrewStatus | None) -> str:
+    seen = f" (last seen: {last_status.describe()})" if last_status is not None else ""
+    return (
+        f"The crew service no longer knows execution {kickoff_id}: it answered for this kickoff_id "
+        f"before{seen} but now answers 404 ({error}). The service has probably lost its executions, "
+        "for example by restarting without its store; this one cannot be waited for any more."
     )
 
 

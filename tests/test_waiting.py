@@ -1,4 +1,4 @@
-"""The wait rules shared by the trigger and the blocking paths, driven with a fake clock."""
+"""The wait rules shared by the trigger, the blocking wait and the sensor's poke, driven with a fake clock."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
 )
 from airflow_provider_crew.models import CrewStatus
-from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, Poller, WaitFor, WaitResult, wait_blocking
+from airflow_provider_crew.waiting import (
+    CrewWaitEvent,
+    Outcome,
+    Poller,
+    WaitFor,
+    WaitResult,
+    decide,
+    wait_blocking,
+)
 
 log = logging.getLogger("test")
 
@@ -37,10 +45,10 @@ def not_found() -> CrewNotFoundError:
     return CrewNotFoundError("404", endpoint="GET /x/status", status_code=404)
 
 
-def run(responses, *, wait_for=WaitFor.COMPLETION, timeout=600.0, grace=60.0, clock=None):
+def run(responses, *, wait_for=WaitFor.COMPLETION, timeout=600.0, grace=60.0, clock=None, seen=False):
     clock = clock or FakeClock()
     poller = Poller("k1", wait_for=wait_for, deadline=clock.now + timeout, not_found_deadline=clock.now + grace,
-                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock, execution_seen=seen)
     feed = iter(responses)
     calls: list[str] = []
 
@@ -57,7 +65,7 @@ def run(responses, *, wait_for=WaitFor.COMPLETION, timeout=600.0, grace=60.0, cl
 def test_waits_through_pending_and_running_to_success():
     result, calls, _ = run([status("PENDING"), status("RUNNING"), status("SUCCESS", result="out")])
     assert result.outcome is Outcome.SUCCEEDED
-    assert result.status.output == "out"
+    assert result.last_status.output == "out"
     assert len(calls) == 3
 
 
@@ -66,14 +74,14 @@ def test_a_pause_keeps_a_completion_wait_going_but_ends_a_human_input_wait():
     result, calls, _ = run([paused, paused, status("SUCCESS")], wait_for=WaitFor.COMPLETION)
     assert (result.outcome, len(calls)) == (Outcome.SUCCEEDED, 3)
     result, calls, _ = run([status("RUNNING"), paused], wait_for=WaitFor.HUMAN_INPUT)
-    assert (result.outcome, result.status.paused_task_id, len(calls)) == (Outcome.PAUSED, "t", 2)
+    assert (result.outcome, result.last_status.paused_task_id, len(calls)) == (Outcome.PAUSED, "t", 2)
 
 
 @pytest.mark.parametrize("state", ["FAILED", "REVOKED"])
 def test_failure_ends_any_wait(state):
     result, _, _ = run([status(state, error="broke")], wait_for=WaitFor.HUMAN_INPUT)
     assert result.outcome is Outcome.FAILED
-    assert result.status.error == "broke"
+    assert result.last_status.error == "broke"
 
 
 def test_404s_are_tolerated_within_the_grace_window_then_reported():
@@ -83,6 +91,57 @@ def test_404s_are_tolerated_within_the_grace_window_then_reported():
     assert result.outcome is Outcome.NOT_FOUND
     assert "not found" in result.message
     assert clock.now >= 1010
+
+
+def test_a_404_after_the_execution_was_seen_ends_the_wait_at_once_saying_the_service_lost_it():
+    # Well inside the grace: before, the 404 was taken for "still queued" and polled through.
+    result, calls, clock = run([status("RUNNING", progress={"completed": 1, "total": 3}), not_found(),
+                                status("SUCCESS")], grace=600)
+    assert (result.outcome, len(calls)) == (Outcome.NOT_FOUND, 2)
+    assert result.message.startswith("The crew service no longer knows execution k1: it answered for this "
+                                     "kickoff_id before (last seen: RUNNING - task 2 of 3) but now answers 404")
+    assert result.last_status.raw_state == "RUNNING"
+    assert clock.now < 1000 + 600
+
+
+def test_a_wait_told_the_execution_was_seen_fails_its_first_404():
+    # A trigger built after the worker's read saw the execution starts out knowing it.
+    result, calls, _ = run([not_found(), status("SUCCESS")], grace=600, seen=True)
+    assert (result.outcome, len(calls)) == (Outcome.NOT_FOUND, 1)
+    assert "no longer knows execution k1" in result.message
+    assert "last seen" not in result.message  # this wait read no status itself
+
+
+def test_seeing_the_execution_ends_the_grace_in_the_deadline_handed_to_a_trigger():
+    clock = FakeClock()
+    poller = Poller("k", wait_for=WaitFor.COMPLETION, deadline=clock.now + 600, not_found_deadline=clock.now + 60,
+                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+    poller.step(not_found())
+    assert (poller.execution_seen, poller.not_found_deadline) == (False, 1060)
+    clock.sleep(5)
+    poller.step(status("PENDING"))
+    assert (poller.execution_seen, poller.not_found_deadline) == (True, 1005)
+
+
+@pytest.mark.parametrize(
+    ("polled", "now", "seen", "expected"),
+    [
+        (not_found(), 1059.0, False, None),  # within the grace, never seen: a fresh kickoff still queued
+        (not_found(), 1060.0, False, Outcome.NOT_FOUND),  # the grace counts to the deadline given
+        (not_found(), 1001.0, True, Outcome.NOT_FOUND),  # seen before: the grace is over
+        (CrewTransportError("down"), 1001.0, True, None),
+        (CrewTransportError("down"), 1600.0, True, Outcome.TIMEOUT),
+        (CrewAuthenticationError("401", endpoint="e", status_code=401), 1001.0, False, Outcome.ERROR),
+        (status("RUNNING"), 1599.0, True, None),
+        (status("RUNNING"), 1600.0, True, Outcome.TIMEOUT),
+        (status("PAUSED"), 1001.0, True, None),  # a completion wait goes on through a pause
+        (status("SUCCESS"), 1600.0, True, Outcome.SUCCEEDED),  # an answer at the deadline still counts
+    ],
+)
+def test_decide_is_one_pure_rule_table(polled, now, seen, expected):
+    verdict = decide(polled, kickoff_id="k", wait_for=WaitFor.COMPLETION, now=now, deadline=1600.0,
+                     not_found_deadline=1060.0, execution_seen=seen, last_status=None)
+    assert (verdict.outcome if verdict else None) is expected
 
 
 def test_transient_errors_keep_polling_and_permanent_ones_end_the_wait():
@@ -119,15 +178,28 @@ def test_state_changes_are_logged_once_not_per_poll(caplog):
 
 
 def test_event_round_trip_and_validation():
-    result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", status=status("SUCCESS", result="r"))
+    result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", last_status=status("SUCCESS", result="r"))
     payload = CrewWaitEvent.from_result("k1", result).model_dump(mode="json")
-    assert payload == {"status": "succeeded", "kickoff_id": "k1", "message": "ok",
+    assert payload == {"outcome": "succeeded", "kickoff_id": "k1", "message": "ok",
                        "record": {"state": "SUCCESS", "result": "r"}}
     back = CrewWaitEvent.parse(payload).to_result()
-    assert (back.outcome, back.status.output) == (Outcome.SUCCEEDED, "r")
+    assert (back.outcome, back.last_status.output) == (Outcome.SUCCEEDED, "r")
     for bad in (None, "x", {"status": "exploded", "kickoff_id": "k", "message": ""}, {"kickoff_id": "k"}):
         with pytest.raises(Exception, match="crew status event"):
             CrewWaitEvent.parse(bad)
+
+
+def test_an_event_from_a_trigger_of_the_previous_release_still_parses():
+    # A task deferred before an upgrade resumes with the event its old trigger stored: "status" held the outcome.
+    stored = {"status": "paused", "kickoff_id": "k1", "message": "m",
+              "record": {"state": "PAUSED", "last_executed_task": {"task_id": "t", "output": "o"}}}
+    result = CrewWaitEvent.parse(stored).to_result()
+    assert (result.outcome, result.last_status.paused_task_id) == (Outcome.PAUSED, "t")
+
+
+def test_wait_result_rejects_the_old_field_name():
+    with pytest.raises(ValueError, match="status"):
+        WaitResult(outcome=Outcome.SUCCEEDED, message="ok", status=status("SUCCESS"))
 
 
 def test_unknown_wait_target_is_named():

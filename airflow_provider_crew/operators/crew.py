@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_crew._compat import (
     AIRFLOW_V_3_3_PLUS,
@@ -20,13 +25,18 @@ from airflow_provider_crew.exceptions import (
     CrewNotFoundError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.models import CrewState, HumanInputWebhook, check_webhook_url
-from airflow_provider_crew.operators._wait import (
+from airflow_provider_crew.openlineage import CrewOpenLineageMixin
+from airflow_provider_crew.operators.base import (
+    XCOM_KICKED_OFF_AT,
     XCOM_KICKOFF_ID,
     XCOM_RESUME,
     XCOM_WEBHOOKS,
     CrewWaitMixin,
-    seconds,
+    checked_kickoff_id,
+    kicked_off_at_record,
+    upstream_task_id,
 )
 from airflow_provider_crew.waiting import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -60,6 +70,29 @@ def check_webhook_parameter(value: Any, parameter: str) -> None:
         raise CrewConfigurationError(str(error)) from None
 
 
+def _plain_extra(connection: Any, conn_id: str) -> dict[str, Any]:
+    """The connection's extra as a dict, read without ``extra_dejson``.
+
+    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
+    secret as it's too short (<5 chars)" for any short value, secret or not (``"30"``, ``"true"``).
+    The only extra read here, ``strategy``, is no secret, and Airflow already masked the extra as a
+    whole when it fetched the connection.
+    """
+    raw = connection.extra
+    if not raw:
+        return {}
+    try:
+        extra = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise CrewConfigurationError(
+            f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
+            'use e.g. {"strategy": "bearer"} or leave it empty.'
+        )
+    return extra
+
+
 def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
     """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
 
@@ -74,7 +107,7 @@ def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
             f"connection {conn_id!r}."
         )
     login, password = connection.login or None, connection.password or None
-    strategy = (connection.extra_dejson or {}).get("strategy") or ("basic" if login else "bearer")
+    strategy = _plain_extra(connection, conn_id).get("strategy") or ("basic" if login else "bearer")
     if not password:
         raise CrewConfigurationError(
             f"human_input_webhook_conn_id={conn_id!r}: the connection has no password. Put the bearer token "
@@ -103,38 +136,66 @@ def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
         ) from None
 
 
-class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
+class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     """
-    Start an execution of a deployed crew and, by default, wait for it to finish.
+    Start an execution of a deployed crew (``POST /kickoff``) and, by default, wait for it.
 
-    The kickoff id is the task's return value (so ``CrewStatusSensor(kickoff_id=kickoff.output)``
-    works) and is pushed to XCom key ``kickoff_id`` before any waiting. When waiting, the final output
-    goes to XCom key ``output`` and the last status record to ``status``.
+    Before starting, the operator checks ``inputs`` against ``GET /inputs`` and names missing or
+    unknown keys. The kickoff id is the task's return value, so ``kickoff_id=kickoff.output`` works
+    in the sensor and the other operators. It is pushed before any waiting.
 
-    :param inputs: The crew's inputs, a mapping of name to value (templated; may be an XComArg or
-        come from ``.expand()``).
-    :param crew_conn_id: The ``crew`` connection (base URL and bearer token).
-    :param meta: Free-form metadata the service passes to the crew and echoes in webhooks.
-    :param task_webhook_url: Called by the service after each task.
-    :param step_webhook_url: Called by the service after each agent step.
-    :param crew_webhook_url: Called by the service when the execution completes.
-    :param human_input_webhook_url: Where the service announces a pause for human input. Tasks that
-        require human input pause only when a human-input webhook is given.
-    :param human_input_webhook_conn_id: Connection with the credential the service must send to the
-        human-input webhook: password = bearer token, or login + password for basic auth. Its host is
-        the webhook URL when ``human_input_webhook_url`` is not given.
+    The service calls the three notification webhooks with a JSON ``POST`` and, by the contract,
+    without credentials. The human-input webhook gets a credential, which comes from an Airflow
+    connection so that none sits in DAG code.
+
+    :param inputs: The crew's inputs, a mapping of input name to value. It may be an XComArg or
+        come from ``.expand()``.
+    :param crew_conn_id: The ``crew`` connection: base URL and bearer token.
+    :param meta: Free-form metadata the service passes to the crew and echoes in every webhook.
+    :param task_webhook_url: URL the service calls after each crew task (http or https).
+    :param step_webhook_url: URL the service calls after each agent step.
+    :param crew_webhook_url: URL the service calls when the execution completes.
+    :param human_input_webhook_url: URL where the service announces a pause for human input.
+        Without it, the connection's host is the URL. Crew tasks that ask for human input pause only
+        when the kickoff gives a human-input webhook; otherwise they run through.
+    :param human_input_webhook_conn_id: Connection holding the credential the service must send to
+        the human-input webhook: password alone = bearer token; login and password = basic auth;
+        extra ``{"strategy": "bearer"}`` or ``"basic"`` overrides that guess. Any connection type
+        works (``generic`` is built into Airflow); only host, login, password and extra are read.
     :param validate_inputs: Read ``GET /inputs`` first and fail, before starting anything, naming
         missing and unknown keys.
-    :param wait_for_completion: Wait for the execution to finish (or pause; see ``on_human_input``).
-    :param on_human_input: When waiting and the execution pauses for human input: ``"return"``
-        (default) finishes successfully and pushes the paused task's id and output to XCom key
-        ``human_input`` for a downstream review; ``"fail"`` fails the task; ``"wait"`` keeps waiting
-        for someone to resume it elsewhere.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot.
-    :param poll_interval: First seconds between status polls; grows with jitter to ``max_poll_interval``.
-    :param max_poll_interval: Longest seconds between status polls.
-    :param timeout: How long to wait for the execution (seconds or timedelta). The execution is not
-        stopped when it passes.
+    :param wait_for_completion: Wait for the execution to finish or pause (see ``on_human_input``).
+        ``False`` returns right after the kickoff; wait with ``CrewStatusSensor`` instead.
+    :param on_human_input: What a wait does when the execution pauses for human input:
+        ``"return"`` finishes the task successfully and pushes the paused task to XCom
+        ``human_input`` for a review downstream; ``"fail"`` fails the task; ``"wait"`` keeps
+        waiting for someone to resume it outside this DAG run.
+    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
+        Airflow's ``[operators] default_deferrable``.
+    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
+        up to ``max_poll_interval``.
+    :param max_poll_interval: Longest interval between status polls, in seconds.
+    :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task; the
+        execution itself is not stopped.
+    :param openlineage_include_values: With the OpenLineage provider installed, also send the
+        input values and the output to lineage backends. Off by default, since they may be
+        private; the input names, the state, the progress and the token usage are always sent
+        (docs/lineage.md).
+
+    :xcom return_value: The kickoff id.
+    :xcom kickoff_id: The kickoff id, pushed before any waiting.
+    :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
+        or review task downstream counts its 404 grace period from then.
+    :xcom webhooks: The task, step and crew webhook URLs this kickoff gave (no credentials), for
+        ``CrewResumeOperator`` to send again at resume.
+    :xcom output: When the wait ends with the execution finished: its final output, a ``dict``
+        when the crew returns structured output (``result_json``), else a string. Not pushed when
+        the kickoff returns at a pause, so pulling it then gives ``None``.
+    :xcom human_input: When the wait ends at a pause (``on_human_input="return"``):
+        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom status: When waiting: the last status record, as the service sent it.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL
+        template; pushed right after the kickoff. The task's "Crew execution" link opens it.
     """
 
     template_fields: Sequence[str] = (
@@ -147,6 +208,7 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "meta": "json"}
     ui_color = "#e9d8fd"
+    operator_extra_links = (CrewExecutionLink(),)
 
     # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+).
     STATE_KEY = "crew_kickoff_id"
@@ -169,6 +231,7 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
+        openlineage_include_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -184,9 +247,10 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.on_human_input = on_human_input
         self.deferrable = deferrable
-        self.poll_interval = seconds(poll_interval, "poll_interval")
-        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
-        self.timeout = seconds(timeout, "timeout")
+        self.openlineage_include_values = openlineage_include_values
+        self._set_wait_timing(
+            poll_interval=poll_interval, max_poll_interval=max_poll_interval, timeout=timeout
+        )
         self._validate_inputs_shape()
         self._validate_webhooks()
         self._validate_on_human_input()
@@ -242,9 +306,11 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
                 f"inputs rendered to {type(self.inputs).__name__}; it must be a mapping."
             )
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._kicked_off_at: float | None = None  # set by _kickoff; a reattached execution has none
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
+        self._record_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.wait_for_completion:
             self._forget_execution(context)
             return kickoff_id
@@ -253,6 +319,7 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
             kickoff_id,
             wait_for=WaitFor.COMPLETION if self.on_human_input == "wait" else WaitFor.HUMAN_INPUT,
             timeout=self.timeout,
+            kicked_off_at=self._kicked_off_at,
             hook=hook,
         )
         return self._finish(context, kickoff_id, result)
@@ -269,9 +336,10 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
         self._raise_for_outcome(kickoff_id, result)
         self._push_result(context, kickoff_id, result)
         if result.outcome is Outcome.PAUSED and self.on_human_input == "fail":
+            paused = result.last_status.paused_task_id if result.last_status else "?"
             raise CrewExecutionFailedError(
                 f"Crew execution {kickoff_id} paused for human input on task "
-                f"{result.status.paused_task_id if result.status else '?'!r} and on_human_input='fail'. "
+                f"{paused!r} and on_human_input='fail'. "
                 "Resume it with CrewResumeOperator, or set on_human_input='return' or 'wait'."
             )
         return kickoff_id
@@ -295,9 +363,14 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
             crew_webhook_url=self.crew_webhook_url or None,
             human_input_webhook=human_input_webhook,
         )
+        self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
+        # For waits downstream (kickoff_id=kickoff.output): their 404 grace counts from the kickoff.
+        context["ti"].xcom_push(
+            key=XCOM_KICKED_OFF_AT, value=kicked_off_at_record(kickoff_id, self._kicked_off_at)
+        )
         # Kept (without credentials) so CrewResumeOperator can re-supply them: the service forgets
-        # webhook addresses at resume (contract rule 4.2).
+        # webhook addresses at resume (docs/contract.md).
         context["ti"].xcom_push(
             key=XCOM_WEBHOOKS,
             value={
@@ -342,36 +415,64 @@ class CrewKickoffOperator(CrewWaitMixin, BaseOperator):
             store.delete(self.STATE_KEY)
 
 
-class CrewResumeOperator(CrewWaitMixin, BaseOperator):
+class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     """
     Send human feedback to an execution paused in Pending Human Input (``POST /resume``).
 
-    The service forgets webhook addresses at resume (contract rule 4.2). By default this operator
-    re-supplies the ones the kickoff of the same execution used, read from the kickoff task's XCom,
-    unless you pass your own or set ``carry_over_webhooks=False``.
+    ``is_approve=True`` lets the crew continue; ``False`` has it redo the paused task with
+    ``human_feedback`` as context, after which it pauses again. ``human_feedback`` is sent as
+    given, also when approving (the contract makes it context for later tasks).
 
-    :param execution_id: The execution to resume: the kickoff id (templated; usually ``kickoff.output``).
-    :param task_id: Airflow's task id of this operator.
-    :param crew_task_id: The crew task that asked for input (templated; e.g. from the kickoff's
-        ``human_input`` XCom).
-    :param human_feedback: The feedback text (templated); required when rejecting.
-    :param is_approve: True to approve and continue; False to have the task retried with the feedback.
+    The service forgets webhook addresses at resume (docs/contract.md). By default this operator
+    sends again the ones the kickoff of the same execution used. It reads them from the kickoff
+    task's XCom ``webhooks``, which holds no credentials, found through ``kickoff_id=kickoff.output``
+    or ``kickoff_task_id``. Addresses given here take precedence.
+
+    Resuming an execution that is not paused fails with an error that gives its current state.
+
+    :param kickoff_id: Required. The execution to resume: the kickoff id, usually
+        ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
+    :param crew_task_id: The paused crew task the feedback is about, e.g.
+        ``"{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}"``. The service
+        also accepts the task's name.
+    :param human_feedback: The feedback text. Required, non-blank, when ``is_approve=False``.
+    :param is_approve: ``True`` to approve and continue; ``False`` to have the task redone with
+        the feedback. May be a template that renders to a bool.
     :param crew_conn_id: The ``crew`` connection.
-    :param task_webhook_url: Task-completion callback after the resume.
-    :param step_webhook_url: Agent-step callback after the resume.
-    :param crew_webhook_url: Crew-completion callback after the resume.
-    :param carry_over_webhooks: Re-supply the kickoff's webhook addresses that are not given here.
-    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
-        ``execution_id`` when that is the kickoff's XComArg.
-    :param wait_for: ``None`` (do not wait), ``"completion"`` or ``"human_input"`` (the next pause).
-    :param deferrable: Wait in the triggerer instead of holding a worker slot.
-    :param poll_interval: First seconds between status polls.
-    :param max_poll_interval: Longest seconds between status polls.
-    :param timeout: How long to wait (seconds or timedelta).
+    :param task_webhook_url: Task-completion webhook to use after the resume.
+    :param step_webhook_url: Agent-step webhook to use after the resume.
+    :param crew_webhook_url: Crew-completion webhook to use after the resume.
+    :param carry_over_webhooks: Send again the kickoff's webhook URLs that are not given here.
+    :param kickoff_task_id: The kickoff task whose webhook URLs to carry over; found from
+        ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
+    :param wait_for: ``None`` returns right after ``POST /resume``; ``"human_input"`` waits for
+        the next pause or the end; ``"completion"`` waits for the end.
+    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
+        Airflow's ``[operators] default_deferrable``.
+    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
+        up to ``max_poll_interval``.
+    :param max_poll_interval: Longest interval between status polls, in seconds.
+    :param timeout: How long to wait, in seconds or as a timedelta.
+    :param openlineage_include_values: With the OpenLineage provider installed, also send the output
+        to lineage backends. Off by default, since they may be private; the input names, the
+        state, the progress and the token usage are always sent (docs/lineage.md).
+    :param execution_id: Deprecated: the old name of ``kickoff_id``. It still works and warns with
+        ``AirflowProviderDeprecationWarning``.
+
+    :xcom return_value: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
+        "message": ...}``. With ``wait_for``, it also has ``"outcome"``: ``"succeeded"`` or
+        ``"paused"``.
+    :xcom output: With ``wait_for``, when the execution finished: its final output.
+    :xcom human_input: With ``wait_for="human_input"``, when the execution paused again:
+        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom status: With ``wait_for``: the last status record.
+    :xcom resume: With ``wait_for``: the ``/resume`` answer, kept across a deferral.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL
+        template; pushed before ``POST /resume``. The task's "Crew execution" link opens it.
     """
 
     template_fields: Sequence[str] = (
-        "execution_id",
+        "kickoff_id",
         "crew_task_id",
         "human_feedback",
         "is_approve",
@@ -380,11 +481,12 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         "crew_webhook_url",
     )
     ui_color = "#fde8d8"
+    operator_extra_links = (CrewExecutionLink(),)
 
     def __init__(
         self,
         *,
-        execution_id: str | Any,
+        kickoff_id: str | Any = None,
         crew_task_id: str | Any,
         human_feedback: str | Any = "",
         is_approve: bool | Any,
@@ -399,10 +501,12 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
+        openlineage_include_values: bool = False,
+        execution_id: str | Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.execution_id = execution_id
+        self.kickoff_id = _kickoff_id_or_old_name(kickoff_id, execution_id)
         self.crew_task_id = crew_task_id
         self.human_feedback = human_feedback
         self.is_approve = is_approve
@@ -411,12 +515,13 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         self.step_webhook_url = step_webhook_url
         self.crew_webhook_url = crew_webhook_url
         self.carry_over_webhooks = carry_over_webhooks
-        self.kickoff_task_id = kickoff_task_id or upstream_task_id(execution_id)
+        self.kickoff_task_id = kickoff_task_id or upstream_task_id(self.kickoff_id)
         self.wait_for = WaitFor.parse(wait_for) if wait_for is not None else None
         self.deferrable = deferrable
-        self.poll_interval = seconds(poll_interval, "poll_interval")
-        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
-        self.timeout = seconds(timeout, "timeout")
+        self.openlineage_include_values = openlineage_include_values
+        self._set_wait_timing(
+            poll_interval=poll_interval, max_poll_interval=max_poll_interval, timeout=timeout
+        )
         for parameter in WEBHOOK_PARAMETERS:
             check_webhook_parameter(getattr(self, parameter), parameter)
         self._validate_feedback()
@@ -440,9 +545,10 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
             raise CrewConfigurationError(f"is_approve rendered to {self.is_approve!r}; it must be a bool.")
         for parameter in WEBHOOK_PARAMETERS:
             check_webhook_parameter(getattr(self, parameter), parameter)
-        execution_id = str(self.execution_id)
+        execution_id = checked_kickoff_id(self.kickoff_id)
         webhooks = self._webhook_addresses(context, execution_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._record_execution(context, hook, execution_id)  # the execution link and lineage
         try:
             result = hook.resume(
                 execution_id,
@@ -500,14 +606,26 @@ class CrewResumeOperator(CrewWaitMixin, BaseOperator):
         )
 
 
-def upstream_task_id(value: Any) -> str | None:
-    """The task that produces ``value`` when it is an XComArg such as ``kickoff.output``."""
-    from airflow.sdk import XComArg
-
-    if isinstance(value, XComArg):
-        operator = getattr(value, "operator", None)
-        return getattr(operator, "task_id", None)
-    return None
+def _kickoff_id_or_old_name(kickoff_id: Any, execution_id: Any) -> Any:
+    """``kickoff_id``, or the value given under its old name ``execution_id`` (with a warning)."""
+    if execution_id is None:
+        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
+            raise CrewConfigurationError(
+                "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."
+            )
+        return kickoff_id
+    if kickoff_id is not None:
+        raise CrewConfigurationError(
+            "Both kickoff_id and execution_id are given; execution_id is the old name of kickoff_id. "
+            "Pass kickoff_id only."
+        )
+    warnings.warn(
+        "CrewResumeOperator(execution_id=...) is deprecated; pass kickoff_id=... instead (same value, "
+        "the name the sensor and the other operators use).",
+        AirflowProviderDeprecationWarning,
+        stacklevel=3,
+    )
+    return execution_id
 
 
 def resume_webhook_addresses(
@@ -521,7 +639,7 @@ def resume_webhook_addresses(
 ) -> dict[str, str | None]:
     """The webhook addresses to send with ``POST /resume``: those given, else the kickoff's.
 
-    The service forgets webhook addresses at resume (contract rule 4.2); the kickoff task kept its
+    The service forgets webhook addresses at resume (docs/contract.md); the kickoff task kept its
     own in XCom (without credentials) so every resume can re-supply them.
     """
     if not carry_over or all(given.values()):
@@ -529,8 +647,8 @@ def resume_webhook_addresses(
     if not kickoff_task_id:
         log.warning(
             "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
-            "notifications after this resume go only to the addresses given here (contract rule 4.2). "
-            "Pass kickoff_task_id, or execution_id=kickoff.output.",
+            "notifications after this resume go only to the addresses given here (docs/contract.md). "
+            "Pass kickoff_task_id, or kickoff_id=kickoff.output.",
             execution_id,
         )
         return given
@@ -542,7 +660,7 @@ def resume_webhook_addresses(
     if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
         log.warning(
             "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
-            "to the addresses given here (contract rule 4.2).",
+            "to the addresses given here (docs/contract.md).",
             kickoff_task_id,
             execution_id,
         )

@@ -2,52 +2,78 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue
 
 from airflow_provider_crew._compat import BaseSensorOperator, default_deferrable
-from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewNotFoundError
+from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators._wait import CrewWaitMixin, seconds
+from airflow_provider_crew.links.crew import CrewExecutionLink
+from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.openlineage import CrewOpenLineageMixin
+from airflow_provider_crew.operators.base import (
+    CrewWaitMixin,
+    checked_kickoff_id,
+    seconds,
+    upstream_task_id,
+)
 from airflow_provider_crew.waiting import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_NOT_FOUND_GRACE,
     DEFAULT_POLL_INTERVAL,
     Outcome,
-    StateChangeLogger,
+    Poller,
     WaitFor,
     WaitResult,
-    is_permanent,
-    not_found_message,
-    outcome_of,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
+class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     """
     Wait for a crew execution to complete, or to pause for human input.
 
-    Success returns the final output (or, when waiting for human input, the paused task's
-    ``execution_id``, ``task_id`` and ``task_output``); an execution that ends FAILED or REVOKED fails
-    the sensor with the service's error text; an id that stays 404 beyond ``not_found_grace`` fails
-    with "not found". ``timeout``, ``poke_interval``, ``mode`` and ``soft_fail`` work as on every sensor.
+    An execution that ends FAILED or REVOKED fails the sensor with the service's error text. An id
+    that stays 404 beyond ``not_found_grace`` fails with "not found": services answer 404 for a
+    queued execution for a few seconds. ``timeout``, ``mode``, ``soft_fail`` and the other
+    arguments of Airflow's sensors work as on every sensor.
 
-    :param kickoff_id: The execution to watch (templated; usually ``kickoff.output``).
-    :param crew_conn_id: The ``crew`` connection.
-    :param wait_for: ``"completion"`` (default) or ``"human_input"``: also stop at the next pause.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot.
-    :param max_poll_interval: Deferrable mode polls from ``poke_interval`` up to this, with jitter.
-    :param not_found_grace: Seconds after the sensor starts during which a 404 counts as "queued".
+    :param kickoff_id: The execution to watch: the kickoff id, usually ``kickoff.output``.
+    :param crew_conn_id: The ``crew`` connection the execution was started with.
+    :param wait_for: ``"completion"`` waits for the end; ``"human_input"`` also stops at the next
+        pause for human input.
+    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
+        Airflow's ``[operators] default_deferrable``.
+    :param max_poll_interval: In deferrable mode, polls start ``poke_interval`` apart and grow with
+        jitter up to this many seconds.
+    :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued", as
+        long as the service has not answered for the execution yet (docs/contract.md, "404 right
+        after kickoff").
+    :param kickoff_task_id: The kickoff task whose XCom ``kicked_off_at`` gives the kickoff time;
+        found from ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
+    :param poke_interval: Seconds between status polls (in deferrable mode: the first interval).
+    :param openlineage_include_values: With the OpenLineage provider installed, also send the
+        output to lineage backends. Off by default, since it may be private; the state, the
+        progress and the token usage are always sent (docs/lineage.md).
+
+    :xcom return_value: The final output; with ``wait_for="human_input"`` and a pause, the paused
+        task as in XCom ``human_input``.
+    :xcom output: When the execution finished: its final output, a ``dict`` for structured output.
+    :xcom human_input: With ``wait_for="human_input"``, when the execution paused:
+        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom status: The last status record, as the service sent it.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL
+        template; pushed before waiting. The task's "Crew execution" link opens it.
     """
 
     template_fields: Sequence[str] = ("kickoff_id",)
     ui_color = "#d8e8fd"
+    operator_extra_links = (CrewExecutionLink(),)
 
     def __init__(
         self,
@@ -59,6 +85,8 @@ class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
         poke_interval: float = DEFAULT_POLL_INTERVAL,
+        kickoff_task_id: str | None = None,
+        openlineage_include_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
@@ -69,17 +97,15 @@ class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
         self.poll_interval = seconds(self.poke_interval, "poke_interval")
         self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
         self.not_found_grace = seconds(not_found_grace, "not_found_grace")
-        self._log_state_change: StateChangeLogger | None = None
-
-    def _checked_kickoff_id(self) -> str:
-        if not isinstance(self.kickoff_id, str) or not self.kickoff_id.strip():
-            raise CrewConfigurationError(
-                f"kickoff_id rendered to {self.kickoff_id!r}; it must be a non-empty id."
-            )
-        return self.kickoff_id.strip()
+        self.kickoff_task_id = kickoff_task_id or upstream_task_id(kickoff_id)
+        self.openlineage_include_values = openlineage_include_values
+        # One wait's state across the pokes of one task try (poke mode keeps this instance).
+        self._poke_poller: tuple[tuple[str, Any], Poller] | None = None
 
     def execute(self, context: Context) -> Any:
-        kickoff_id = self._checked_kickoff_id()
+        kickoff_id = checked_kickoff_id(self.kickoff_id)
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._record_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.deferrable:
             return super().execute(context)
         result = self._wait(
@@ -88,39 +114,40 @@ class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
             wait_for=self.wait_for_target,
             timeout=float(self.timeout),
             not_found_grace=self.not_found_grace,
+            hook=hook,
         )
         return self._done(context, kickoff_id, result).xcom_value  # over before it needed deferring
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        kickoff_id = self._checked_kickoff_id()
-        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        """One poll, decided by the same rules as the deferred and blocking waits."""
+        kickoff_id = checked_kickoff_id(self.kickoff_id)
+        poller = self._poller_for_pokes(context, kickoff_id)
+        polled: CrewStatus | CrewError
         try:
-            status = hook.get_status(kickoff_id)
-        except CrewNotFoundError as error:
-            if self._seconds_since_start(context) < self.not_found_grace:
-                self.log.info(
-                    "Crew execution %s not visible yet (404); still within the grace period.", kickoff_id
-                )
-                return False
-            return self._done(
-                context,
-                kickoff_id,
-                WaitResult(outcome=Outcome.NOT_FOUND, message=not_found_message(kickoff_id, error)),
-            )
+            polled = CrewHook(crew_conn_id=self.crew_conn_id).get_status(kickoff_id)
         except CrewError as error:
-            if is_permanent(error):
-                raise
-            self.log.warning("Polling crew execution %s failed (%s); will poll again.", kickoff_id, error)
-            return False
-        if self._log_state_change is None:
-            self._log_state_change = StateChangeLogger(self.log, kickoff_id)
-        self._log_state_change(status)
-        outcome = outcome_of(status, self.wait_for_target)
-        if outcome is None:
-            return False
-        return self._done(
-            context, kickoff_id, WaitResult(outcome=outcome, message=status.describe(), status=status)
-        )
+            polled = error
+        step = poller.step(polled)
+        if isinstance(step, WaitResult):
+            return self._done(context, kickoff_id, step)
+        return False  # the sensor's poke_interval and timeout govern the next poke
+
+    def _poller_for_pokes(self, context: Context, kickoff_id: str) -> Poller:
+        """The wait's state: kept across pokes in poke mode; in reschedule mode each poke is a new
+        process and builds it again (the 404 grace still counts from the kickoff, not from the poke)."""
+        key = (kickoff_id, getattr(context["ti"], "try_number", None))
+        if self._poke_poller is None or self._poke_poller[0] != key:
+            poller = Poller(
+                kickoff_id,
+                wait_for=self.wait_for_target,
+                deadline=math.inf,  # BaseSensorOperator enforces `timeout` between pokes
+                not_found_deadline=self._not_found_deadline(context, kickoff_id, self.not_found_grace),
+                poll_interval=self.poll_interval,
+                max_poll_interval=self.max_poll_interval,
+                log=self.log,
+            )
+            self._poke_poller = (key, poller)
+        return self._poke_poller[1]
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         kickoff_id, result = self._result_from_event(event)
@@ -132,12 +159,10 @@ class CrewStatusSensor(CrewWaitMixin, BaseSensorOperator):
         self._raise_for_outcome(kickoff_id, result)
         return PokeReturnValue(is_done=True, xcom_value=self._push_result(context, kickoff_id, result))
 
-    @staticmethod
-    def _seconds_since_start(context: Context) -> float:
-        # The TI's start date survives reschedule mode, where instance attributes do not.
-        started = getattr(context["ti"], "start_date", None)
-        if not isinstance(started, datetime):
-            return 0.0
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=timezone.utc)
-        return (datetime.now(timezone.utc) - started).total_seconds()
+    def _wait_started_at(self, context: Context) -> float:
+        if self.reschedule:
+            # Each reschedule runs the task anew with a new start date; Airflow keeps the first.
+            first = context["ti"].get_first_reschedule_date(context)
+            if first is not None:
+                return float(first.timestamp())
+        return super()._wait_started_at(context)

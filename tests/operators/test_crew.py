@@ -5,10 +5,12 @@ The real path (kickoff, wait, resume over HTTP inside real DAG runs) is in tests
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from unittest import mock
 
 import pytest
+from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
@@ -158,3 +160,26 @@ def test_kickoff_without_waiting_returns_the_id_and_pushes_it(crew_conn):
     assert ti.xcom["kickoff_id"] == KICKOFF_ID
     assert ti.xcom["webhooks"] == {"kickoff_id": KICKOFF_ID, "task_webhook_url": None, "step_webhook_url": None,
                                    "crew_webhook_url": None}
+
+
+@pytest.mark.crew_service(faults=[{"kind": "status_404", "count": 5}])
+def test_kickoff_pushes_its_time_and_its_wait_counts_the_404_grace_from_it(crew_service, crew_connection):
+    op, ti = kickoff(inputs={"topic": "x", "current_year": "2026"}, deferrable=True), FakeTI()
+    before = time.time()
+    with pytest.raises(TaskDeferred) as deferred:  # the read before deferring met the queued 404
+        op.execute({"ti": ti})
+    record = ti.xcom["kicked_off_at"]
+    assert record["kickoff_id"] == ti.xcom["kickoff_id"]
+    assert crew_service.faults.counts["status_404"] >= 1 and crew_service.request_count("kickoff") == 1
+    assert before <= record["epoch_seconds"] <= time.time()
+    assert deferred.value.trigger.serialize()[1]["not_found_deadline"] == record["epoch_seconds"] + 60
+
+
+def test_a_resume_wait_counts_the_404_grace_from_the_kickoff_tasks_time():
+    op = CrewResumeOperator(task_id="resume", kickoff_id=KICKOFF_ID, kickoff_task_id="kickoff", crew_task_id="t",
+                            is_approve=True, wait_for="completion")
+    ti = FakeTI()
+    ti.xcom["pull:kicked_off_at"] = {"kickoff_id": KICKOFF_ID, "epoch_seconds": time.time() - 50}
+    deadline = op._not_found_deadline({"ti": ti}, KICKOFF_ID, 60)
+    assert deadline == pytest.approx(ti.xcom["pull:kicked_off_at"]["epoch_seconds"] + 60)
+    assert ti.pulled == [{"task_ids": "kickoff", "key": "kicked_off_at"}]

@@ -1,20 +1,30 @@
-"""CrewStatusSensor against the local crew service over real HTTP (poke and deferred paths)."""
+"""CrewStatusSensor against the local crew service over real HTTP (poke and deferred paths).
+
+The poke, blocking and deferred waits follow one rule set (``waiting.decide``); several tests here
+run the same situation through ``poke`` and through the deferred path and expect the same end.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue, TaskDeferred
 
 from airflow_provider_crew.exceptions import (
+    CrewAuthenticationError,
     CrewConfigurationError,
+    CrewError,
     CrewExecutionFailedError,
     CrewExecutionNotFoundError,
 )
-from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+from airflow_provider_crew.waiting import CrewWaitEvent
 
 FAILING_CREW = {
     "name": "failing",
@@ -25,13 +35,49 @@ FAILING_CREW = {
 }
 
 
+UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
+
+
 class FakeTI:
-    def __init__(self, started_seconds_ago: float = 0.0) -> None:
+    def __init__(self, started_seconds_ago: float = 0.0, pulls: dict | None = None,
+                 first_poke_seconds_ago: float | None = None) -> None:
         self.start_date = datetime.now(timezone.utc) - timedelta(seconds=started_seconds_ago)
+        self.try_number = 1
         self.xcom: dict[str, object] = {}
+        self.pulls = pulls or {}
+        self.first_poke_seconds_ago = first_poke_seconds_ago
 
     def xcom_push(self, key: str, value: object) -> None:
         self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value", **_):
+        return self.pulls.get((task_ids, key))
+
+    def get_first_reschedule_date(self, context):
+        if self.first_poke_seconds_ago is None:
+            return None
+        return datetime.now(timezone.utc) - timedelta(seconds=self.first_poke_seconds_ago)
+
+
+def kicked_off(kickoff_id: str, seconds_ago: float) -> dict:
+    """The XCom ``kicked_off_at`` record a kickoff task pushes."""
+    return {"kickoff_id": kickoff_id, "epoch_seconds": time.time() - seconds_ago}
+
+
+async def run_trigger(kwargs: dict, timeout: float = 15.0) -> CrewWaitEvent:
+    """Run the trigger a deferral handed over, as the triggerer would, and parse its one event."""
+    # not_before guards against an Airflow scheduler race that does not exist in this test.
+    trigger = CrewStatusTrigger(**(kwargs | {"not_before": 0.0}))
+
+    async def drain() -> list:
+        return [event async for event in trigger.run()]
+
+    try:
+        events = await asyncio.wait_for(drain(), timeout)
+    finally:
+        await close_shared_sessions()
+    assert len(events) == 1, events
+    return CrewWaitEvent.parse(events[0].payload)
 
 
 def poke_until_done(sensor: CrewStatusSensor, ti: FakeTI, crew_service, kickoff_id: str, *states: str):
@@ -77,11 +123,100 @@ def test_a_failed_execution_fails_the_sensor_with_the_service_error(crew_service
 
 
 def test_a_404_is_tolerated_within_the_grace_window_then_fails(crew_connection):
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id="00000000-0000-4000-8000-000000000000",
-                              not_found_grace=30, deferrable=False)
-    assert sensor.poke({"ti": FakeTI(started_seconds_ago=5)}) is False
+    # No kickoff time known (a literal id): the grace counts from the start of the sensor's task.
+    def sensor():
+        return CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, not_found_grace=30, deferrable=False)
+
+    assert sensor().poke({"ti": FakeTI(started_seconds_ago=5)}) is False
     with pytest.raises(CrewExecutionNotFoundError, match="not found"):
-        sensor.poke({"ti": FakeTI(started_seconds_ago=31)})
+        sensor().poke({"ti": FakeTI(started_seconds_ago=31)})
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_the_404_grace_counts_from_the_kickoff_not_from_the_sensor_start(crew_connection, deferrable):
+    # The sensor started just now, but the kickoff task says it started the execution 31 s ago.
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, kickoff_task_id="kickoff",
+                              not_found_grace=30, deferrable=deferrable)
+    other = kicked_off("11111111-0000-4000-8000-000000000000", 0)  # a mapped kickoff pushes one per id
+    ti = FakeTI(pulls={("kickoff", "kicked_off_at"): [other, kicked_off(UNKNOWN_ID, 31)]})
+    with pytest.raises(CrewExecutionNotFoundError, match=f"Crew execution {UNKNOWN_ID} not found"):
+        sensor.execute({"ti": ti}) if deferrable else sensor.poke({"ti": ti})
+
+
+def test_a_deferred_sensor_hands_the_kickoff_based_grace_to_the_trigger(crew_connection):
+    record = kicked_off(UNKNOWN_ID, 5)
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, kickoff_task_id="kickoff",
+                              not_found_grace=30, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({"ti": FakeTI(pulls={("kickoff", "kicked_off_at"): record})})
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["not_found_deadline"] == pytest.approx(record["epoch_seconds"] + 30)
+
+
+def test_in_reschedule_mode_the_grace_counts_from_the_first_poke_not_from_each_reschedule(crew_connection):
+    # No kickoff time known. Each reschedule restarts the task with a new start date; the grace must not.
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, not_found_grace=30, mode="reschedule",
+                              deferrable=False)
+    with pytest.raises(CrewExecutionNotFoundError, match="not found"):
+        sensor.poke({"ti": FakeTI(started_seconds_ago=0, first_poke_seconds_ago=31)})
+
+
+def test_a_sensor_on_kickoff_output_finds_the_kickoff_task():
+    from airflow.sdk import DAG
+
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+
+    with DAG("d", schedule=None):
+        start = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "x"})
+        sensor = CrewStatusSensor(task_id="wait", kickoff_id=start.output)
+    assert sensor.kickoff_task_id == "kickoff"
+
+
+def test_poke_fails_at_once_when_the_service_forgets_an_execution_it_answered_before(crew_service, hook):
+    kickoff_id = hook.kickoff({"topic": "lost", "current_year": "2026"})
+    sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=False), FakeTI()
+    assert sensor.poke({"ti": ti}) is False  # seen: the service answered for it
+    crew_service.reset()  # the service restarts without its store
+    with pytest.raises(CrewExecutionNotFoundError) as caught:
+        sensor.poke({"ti": ti})  # well within the 60 s grace: before, this was "still queued"
+    assert str(caught.value).startswith(f"The crew service no longer knows execution {kickoff_id}: it answered")
+
+
+async def test_a_deferred_wait_fails_at_once_when_the_service_forgets_an_execution_seen_before_deferring(
+    crew_service, hook
+):
+    kickoff_id = hook.kickoff({"topic": "lost", "current_year": "2026"})
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=True, poke_interval=0.05)
+    with pytest.raises(TaskDeferred) as deferred:
+        await asyncio.to_thread(sensor.execute, {"ti": FakeTI()})  # reads the status once: seen
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["not_found_deadline"] <= time.time()  # the grace ended with that read
+    crew_service.reset()
+
+    started = time.monotonic()
+    event = await run_trigger(kwargs)  # before, it polled 404s until the 60 s grace ran out
+
+    assert event.outcome.value == "not_found"
+    assert time.monotonic() - started < 10
+    with pytest.raises(CrewExecutionNotFoundError, match=kickoff_id):
+        sensor.execute_complete({"ti": FakeTI()}, event.model_dump(mode="json"))
+
+
+def test_a_rejected_token_ends_poke_and_deferred_waits_with_the_same_error(crew_service, monkeypatch):
+    conn = crew_service.connection_dict() | {"password": "not-the-token-7f3e"}
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", json.dumps(conn))
+    errors = []
+    for deferrable in (False, True):
+        sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, deferrable=deferrable)
+        with pytest.raises(CrewError) as caught:
+            sensor.execute({"ti": FakeTI()})
+        errors.append(caught.value)
+    # Before, poke raised the hook's CrewAuthenticationError as-is while the deferred wait ended "error".
+    assert not any(isinstance(error, CrewAuthenticationError) for error in errors)
+    assert [type(error) for error in errors] == [CrewError, CrewError]
+    assert str(errors[0]) == str(errors[1])
+    assert str(errors[0]).startswith(f"Waiting for crew execution {UNKNOWN_ID} failed: ")
+    assert "401" in str(errors[0]) and "not-the-token-7f3e" not in str(errors[0])
 
 
 def test_deferrable_execute_defers_to_the_trigger_with_an_absolute_deadline(crew_connection):

@@ -1,12 +1,21 @@
-"""What the kickoff and resume operators and the status sensor share: starting a wait (deferred or
-blocking), validating the trigger's event, and turning the outcome into XCom values or an error."""
+"""What every crew task shares (the kickoff, resume and review operators and the status sensor).
+
+Checking the kickoff id and the wait's timing, finding when the execution was kicked off, starting a
+wait (deferred to :class:`~airflow_provider_crew.triggers.crew.CrewStatusTrigger` or blocking in the
+worker), validating the trigger's event, and turning the outcome into XCom values or an error. The
+rules of a wait themselves are in :mod:`airflow_provider_crew.waiting`.
+
+Imports go one way: ``operators/crew.py``, ``operators/human_review.py`` and ``sensors/crew.py``
+import this module; it imports the hook, the trigger and ``waiting``, never an operator or sensor.
+"""
 
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_crew._compat import deferral_settle_seconds
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
@@ -33,6 +42,7 @@ OUTPUT_LOG_LIMIT = 2000
 
 # XCom keys, named once: DAG authors pull them by these names.
 XCOM_KICKOFF_ID = "kickoff_id"
+XCOM_KICKED_OFF_AT = "kicked_off_at"
 XCOM_OUTPUT = "output"
 XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"
@@ -53,6 +63,30 @@ def seconds(value: timedelta | float | int, parameter: str) -> float:
     return float(value)
 
 
+def checked_kickoff_id(value: Any, parameter: str = "kickoff_id") -> str:
+    """The rendered kickoff id, stripped; an error naming ``parameter`` when it is not a non-empty string.
+
+    :param value: The parameter's value after templates and XComArgs were resolved.
+    :param parameter: The parameter's name, for the error.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise CrewConfigurationError(
+            f"{parameter} rendered to {value!r}; it must be the execution's id, a non-empty string "
+            "(usually kickoff.output)."
+        )
+    return value.strip()
+
+
+def upstream_task_id(value: Any) -> str | None:
+    """The task that produces ``value`` when it is an XComArg such as ``kickoff.output``."""
+    from airflow.sdk import XComArg
+
+    if isinstance(value, XComArg):
+        operator = getattr(value, "operator", None)
+        return getattr(operator, "task_id", None)
+    return None
+
+
 def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
     """What a reviewer needs to resume: the XCom value handed downstream on a pause."""
     return {
@@ -60,6 +94,33 @@ def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
         "task_id": status.paused_task_id,
         "task_output": status.paused_task_output,
     }
+
+
+def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any]:
+    """The XCom ``kicked_off_at`` value. The id is in it so that a wait pulling from a mapped
+    kickoff (a list of these) finds its own execution's."""
+    return {"kickoff_id": kickoff_id, "epoch_seconds": epoch_seconds}
+
+
+def kicked_off_at_from_xcom(context: Context, kickoff_task_id: str, kickoff_id: str) -> float | None:
+    """When ``kickoff_task_id`` started ``kickoff_id`` (epoch seconds), or None when it did not say."""
+    pulled = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_KICKED_OFF_AT)
+    for record in pulled if isinstance(pulled, list) else [pulled]:
+        if isinstance(record, dict) and record.get("kickoff_id") == kickoff_id:
+            value = record.get("epoch_seconds")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+    return None
+
+
+def task_started_at(context: Context) -> float:
+    """When this task try started (epoch seconds); a deferral keeps it, so resuming does not move it."""
+    started = getattr(context["ti"], "start_date", None)
+    if not isinstance(started, datetime):
+        return time.time()
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return started.timestamp()
 
 
 class CrewWaitMixin:
@@ -71,6 +132,44 @@ class CrewWaitMixin:
     deferrable: bool
     log: Any
 
+    def _set_wait_timing(
+        self,
+        *,
+        poll_interval: timedelta | float,
+        max_poll_interval: timedelta | float,
+        timeout: timedelta | float,
+    ) -> None:
+        """Check and keep ``poll_interval``, ``max_poll_interval`` and ``timeout`` (in seconds).
+
+        :param poll_interval: First seconds between status polls.
+        :param max_poll_interval: Longest seconds between status polls.
+        :param timeout: How long a wait may take.
+        """
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
+        self.timeout = seconds(timeout, "timeout")
+
+    def _wait_started_at(self, context: Context) -> float:
+        """When this task began waiting, for the 404 grace when the kickoff time is unknown."""
+        return task_started_at(context)
+
+    def _not_found_deadline(
+        self, context: Context, kickoff_id: str, grace: float, kicked_off_at: float | None = None
+    ) -> float:
+        """Until when a 404 counts as a fresh kickoff not visible yet: the kickoff time plus ``grace``.
+
+        The kickoff time is ``kicked_off_at`` when given, else the kickoff task's XCom
+        ``kicked_off_at`` (found through ``kickoff_task_id``), else when this task began waiting.
+        """
+        if kicked_off_at is None:
+            kickoff_task_id = getattr(self, "kickoff_task_id", None)
+            if kickoff_task_id:
+                kicked_off_at = kicked_off_at_from_xcom(context, kickoff_task_id, kickoff_id)
+        if kicked_off_at is None:
+            kicked_off_at = self._wait_started_at(context)
+        # Not later than now: another machine's clock may run ahead of this one.
+        return min(kicked_off_at, time.time()) + grace
+
     def _wait(
         self,
         context: Context,
@@ -79,18 +178,25 @@ class CrewWaitMixin:
         wait_for: WaitFor,
         timeout: float,
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
+        kicked_off_at: float | None = None,
         hook: CrewHook | None = None,
     ) -> WaitResult:
-        """Wait for the execution; when deferrable this defers and resumes in ``execute_complete``."""
-        now = time.time()
-        deadline = now + timeout
-        not_found_deadline = now + not_found_grace
+        """Wait for the execution; when deferrable this defers and resumes in ``execute_complete``.
+
+        :param kickoff_id: The execution.
+        :param wait_for: What ends the wait besides failure.
+        :param timeout: Seconds from now.
+        :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued".
+        :param kicked_off_at: Epoch seconds of the kickoff, when this task made it.
+        :param hook: A hook to reuse.
+        """
+        deadline = time.time() + timeout
         hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
         poller = Poller(
             kickoff_id,
             wait_for=wait_for,
             deadline=deadline,
-            not_found_deadline=not_found_deadline,
+            not_found_deadline=self._not_found_deadline(context, kickoff_id, not_found_grace, kicked_off_at),
             poll_interval=self.poll_interval,
             max_poll_interval=self.max_poll_interval,
             log=self.log,
@@ -114,9 +220,13 @@ class CrewWaitMixin:
                     crew_conn_id=self.crew_conn_id,
                     wait_for=wait_for.value,
                     deadline=deadline,
-                    not_found_deadline=not_found_deadline,
+                    # Absolute, and already passed when this read saw the execution: a restarted
+                    # trigger neither starts the grace again nor forgets that it ended.
+                    not_found_deadline=poller.not_found_deadline,
+                    execution_seen=poller.execution_seen,
                     poll_interval=self.poll_interval,
                     max_poll_interval=self.max_poll_interval,
+                    not_before=time.time() + deferral_settle_seconds(),
                 ),
                 method_name="execute_complete",
                 # A little past the trigger's own deadline: the trigger reports the time-out itself,
@@ -136,7 +246,7 @@ class CrewWaitMixin:
         if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
             return
         if result.outcome is Outcome.FAILED:
-            status = result.status
+            status = result.last_status
             word = status.raw_state if status and status.raw_state else "FAILED"
             reason = (status.error if status else None) or result.message
             raise CrewExecutionFailedError(f"Crew execution {kickoff_id} ended {word}: {reason}")
@@ -148,7 +258,7 @@ class CrewWaitMixin:
 
     def _push_result(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
         """Log and push the outcome; return the XCom value for 'output' or 'human_input'."""
-        status = result.status
+        status = result.last_status
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key=XCOM_STATUS, value=status.raw)
