@@ -1,0 +1,77 @@
+"""The "Crew execution" link: a button on each crew task that opens the execution's page.
+
+How it reaches the UI: at the end of every run of a task, each deferral included, the worker calls
+``get_link`` and stores the answer in XCom ``_link_CrewExecutionLink``; the api-server only reads
+that XCom. So the task pushes the URL (XCom ``execution_url``) as soon as it knows the execution, and
+``get_link`` reads it back: the link is there while the task is deferred, after it succeeded and
+after it failed. ``get_link`` never raises, since on Airflow 3.0 a raising link breaks the end of
+the task run; without a URL it answers ``""`` and the UI shows no link.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_provider_crew.connection import CrewConnectionConfig
+
+log = logging.getLogger(__name__)
+
+XCOM_EXECUTION_URL = "execution_url"
+
+
+class CrewExecutionLink(BaseOperatorLink):
+    """Opens the crew execution a task follows, in the crew's own dashboard.
+
+    Needs the connection's "Execution page URL" (``execution_url_template``); without it there is
+    no URL and the UI shows no link.
+    """
+
+    name = "Crew execution"
+
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
+        """The URL the task pushed to XCom ``execution_url``, or ``""``; never raises.
+
+        :param operator: The task the link belongs to.
+        :param ti_key: The task instance (the runtime task instance itself, in the worker).
+        """
+        try:
+            # Imported here: only the worker calls get_link, and the operators' import stays light.
+            from airflow.providers.common.compat.sdk import XCom
+
+            url = XCom.get_value(ti_key=ti_key, key=XCOM_EXECUTION_URL)
+        except Exception:
+            # A broken link must not break the task (Airflow 3.0 calls this without a try/except).
+            log.warning(
+                "Could not read XCom %r for the crew execution link.", XCOM_EXECUTION_URL, exc_info=True
+            )
+            return ""
+        if isinstance(url, str) and url.startswith(("https://", "http://")):
+            return url
+        return ""
+
+
+def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:
+    """Push the execution's page URL to XCom ``execution_url`` (null when the connection has no template).
+
+    Called as soon as a task knows its execution, before it waits or defers, so that the link shows
+    while the task is deferred.
+
+    :param context: The task's context.
+    :param config: The crew connection's settings (its ``execution_url_template``).
+    :param kickoff_id: The execution's id; URL-quoted into the template.
+    :return: The URL, or None without a template.
+    """
+    url = config.execution_url(kickoff_id)
+    # Pushed even without a template (as null): the link reads this key at the end of every run, and
+    # Airflow logs an error line for a key that is missing.
+    context["ti"].xcom_push(key=XCOM_EXECUTION_URL, value=url)
+    if url:
+        log.info("Crew execution %s: %s", kickoff_id, url)
+    return url

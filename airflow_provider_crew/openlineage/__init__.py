@@ -1,0 +1,219 @@
+"""OpenLineage support for crew tasks: which execution a task followed and how it ended.
+
+With ``apache-airflow-providers-openlineage`` installed, its listener calls
+``get_openlineage_facets_on_complete`` / ``..._on_failure`` on each task that has them, in the task's
+own process, after the task's last step. :class:`CrewOpenLineageMixin` answers from what the task
+already holds: the execution id, the connection's base URL and the last status record the task
+read. It sends no request to the crew service. The OpenLineage modules are imported only inside
+those methods, so without the OpenLineage provider nothing of it is imported.
+
+Run facets of each COMPLETE and FAIL event:
+
+- ``externalQuery`` (OpenLineage's ``ExternalQueryRunFacet``): the execution id, and the crew's base
+  URL without credentials as its source;
+- ``crewExecution`` (:class:`~airflow_provider_crew.openlineage.facets.CrewExecutionRunFacet`):
+  state, tasks done and total, token usage when the status record has it, the input names, and
+  the input values and output only when the task sets ``openlineage_include_values=True``;
+- ``errorMessage`` on failure (OpenLineage's listener replaces it with the task's exception when it
+  has one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_provider_crew.links.crew import push_execution_url
+from airflow_provider_crew.operators.base import CrewWaitMixin
+from airflow_provider_crew.waiting import Outcome, WaitResult
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Context
+
+    from airflow_provider_crew.connection import CrewConnectionConfig
+    from airflow_provider_crew.hooks.crew import CrewHook
+
+# Run facet names in the events.
+CREW_EXECUTION_FACET = "crewExecution"
+EXTERNAL_QUERY_FACET = "externalQuery"
+ERROR_MESSAGE_FACET = "errorMessage"
+
+
+def public_base_url(base_url: str) -> str:
+    """The base URL without login, password, query or fragment: safe to put in a lineage event.
+
+    :param base_url: The crew's base URL from the connection.
+    """
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _json_safe(value: Any) -> Any:
+    """A copy the event's JSON encoder takes whatever the crew or the DAG put in it."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _token_usage(record: Mapping[str, Any]) -> dict[str, int] | None:
+    """Whole-number token counts from the status record (``usage_metrics``; ``token_usage`` in
+    crew webhooks), or None when it has none."""
+    for key in ("usage_metrics", "token_usage"):
+        usage = record.get(key)
+        if isinstance(usage, Mapping):
+            counts = {
+                str(name): count
+                for name, count in usage.items()
+                if isinstance(count, int) and not isinstance(count, bool)
+            }
+            if counts:
+                return counts
+    return None
+
+
+class CrewOpenLineageMixin(CrewWaitMixin):
+    """OpenLineage facets for the tasks that follow a crew execution.
+
+    The task calls :meth:`_record_execution` once it knows its execution; every outcome passes
+    through ``_raise_for_outcome``, which this mixin overrides to keep the result. Both live on the
+    operator instance, which the OpenLineage listener reads in the same process.
+    """
+
+    #: Send the input values and the output to lineage backends too (they may be private).
+    openlineage_include_values: bool = False
+    _lineage_kickoff_id: str | None = None
+    _lineage_config: CrewConnectionConfig | None = None
+    _lineage_result: WaitResult | None = None
+    _lineage_execution_url: str | None = None
+
+    def _record_execution(self, context: Context, hook: CrewHook, kickoff_id: str) -> None:
+        """Remember the execution this task follows, and push its page URL for the extra link.
+
+        Call it as soon as the execution is known, before waiting or deferring.
+        """
+        self._lineage_kickoff_id = kickoff_id
+        self._lineage_config = hook.config
+        self._lineage_execution_url = push_execution_url(context, hook.config, kickoff_id)
+
+    def _raise_for_outcome(self, kickoff_id: str, result: WaitResult) -> None:
+        # Every way a wait ends (blocking, deferred, sensor poke) passes here: keep it for lineage.
+        self._lineage_kickoff_id = kickoff_id
+        self._lineage_result = result
+        super()._raise_for_outcome(kickoff_id, result)
+
+    # -- called by the OpenLineage provider ------------------------------------------------------
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage | None:
+        """Facets for the COMPLETE event: the execution and how it ended.
+
+        :param task_instance: The finished task instance (unused: the operator holds what it needs).
+        """
+        return self._crew_lineage(failed=False)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage | None:
+        """Facets for the FAIL event: the execution, how it ended, and the error.
+
+        :param task_instance: The failed task instance (unused: the operator holds what it needs).
+        """
+        return self._crew_lineage(failed=True)
+
+    # -- building the facets ---------------------------------------------------------------------
+
+    def _crew_lineage(self, *, failed: bool) -> OperatorLineage | None:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.facet_v2 import error_message_run, external_query_run
+
+        from airflow_provider_crew.openlineage.facets import CrewExecutionRunFacet
+
+        result = self._lineage_result
+        error = self._lineage_error(result)
+        run_facets: dict[str, Any] = {}
+        if failed and error:
+            run_facets[ERROR_MESSAGE_FACET] = error_message_run.ErrorMessageRunFacet(
+                message=error, programmingLanguage="python"
+            )
+        kickoff_id = self._lineage_kickoff_id or self._rendered_kickoff_id()
+        if not kickoff_id:
+            # Failed before an execution existed (bad inputs, kickoff refused): nothing ran.
+            return OperatorLineage(run_facets=run_facets) if run_facets else None
+
+        config = self._lineage_connection()
+        if config is not None:
+            run_facets[EXTERNAL_QUERY_FACET] = external_query_run.ExternalQueryRunFacet(
+                externalQueryId=kickoff_id, source=public_base_url(config.base_url)
+            )
+        status = result.last_status if result is not None else None
+        progress = status.progress if status is not None else None
+        include_values = bool(self.openlineage_include_values)
+        inputs = self._lineage_inputs()
+        run_facets[CREW_EXECUTION_FACET] = CrewExecutionRunFacet(
+            executionId=kickoff_id,
+            outcome=result.outcome.value if result is not None else None,
+            state=(status.raw_state or status.state.value) if status is not None else None,
+            tasksCompleted=progress.completed if progress is not None else None,
+            tasksTotal=progress.total if progress is not None else None,
+            tokenUsage=_token_usage(status.raw) if status is not None else None,
+            inputNames=sorted(inputs) if inputs is not None else None,
+            inputs=_json_safe(dict(inputs)) if include_values and inputs is not None else None,
+            output=_json_safe(self._lineage_output(result)) if include_values else None,
+            error=error,
+            executionUrl=self._lineage_execution_url
+            or (config.execution_url(kickoff_id) if config is not None else None),
+        )
+        return OperatorLineage(run_facets=run_facets)
+
+    def _lineage_connection(self) -> CrewConnectionConfig | None:
+        """The connection's settings: those the task read, else the connection itself.
+
+        After a deferral the task resumes in a new process that never built a hook; reading the
+        Airflow connection then is a lookup in Airflow, not a request to the crew service.
+        """
+        if self._lineage_config is None:
+            from airflow_provider_crew.hooks.crew import CrewHook
+
+            try:
+                self._lineage_config = CrewHook(crew_conn_id=self.crew_conn_id).config
+            except Exception:
+                self.log.warning(
+                    "OpenLineage: could not read connection %r; the event has no externalQuery facet.",
+                    self.crew_conn_id,
+                    exc_info=True,
+                )
+                return None
+        return self._lineage_config
+
+    def _rendered_kickoff_id(self) -> str | None:
+        """The ``kickoff_id`` parameter of the sensor and the resume and review operators, rendered:
+        what they follow when they failed before recording it (e.g. a time-out after a deferral)."""
+        value = getattr(self, "kickoff_id", None)
+        return value.strip() if isinstance(value, str) and value.strip() and "{{" not in value else None
+
+    def _lineage_inputs(self) -> Mapping[str, Any] | None:
+        inputs = getattr(self, "inputs", None)
+        return inputs if isinstance(inputs, Mapping) else None
+
+    @staticmethod
+    def _lineage_output(result: WaitResult | None) -> Any:
+        status = result.last_status if result is not None else None
+        if status is None:
+            return None
+        if result is not None and result.outcome is Outcome.PAUSED:
+            return status.paused_task_output
+        return status.output
+
+    @staticmethod
+    def _lineage_error(result: WaitResult | None) -> str | None:
+        if result is None or result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
+            return None
+        status = result.last_status
+        if result.outcome is Outcome.FAILED and status is not None and status.error:
+            return status.error
+        return result.message
+
+
+__all__ = ["CREW_EXECUTION_FACET", "CrewOpenLineageMixin", "public_base_url"]
