@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": modules("operators", "human_review"),
         "sensors": modules("sensors"),
         "triggers": modules("triggers"),
+        "extra-links": ["airflow_provider_crew.links.crew.CrewExecutionLink"],
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

@@ -7,11 +7,12 @@ metadata all read one definition of the connection.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 CONN_TYPE = "crew"
 
@@ -25,7 +26,7 @@ class StatusPathStyle(str, enum.Enum):
 
 
 class TokenKind(str, enum.Enum):
-    """Informative only: the service decides what a token may do."""
+    """Which kind of bearer token the connection holds; informative: the service decides what it may do."""
 
     ORGANIZATION = "organization"
     USER = "user"
@@ -35,10 +36,22 @@ class CrewConnectionError(ValueError):
     """A ``crew`` connection is configured wrongly; the message names the field and the fix."""
 
 
+# The form's names for the standard fields the crew connection uses (UI_FIELD_BEHAVIOUR relabels
+# them): error messages name a field as the user sees it.
+HOST_LABEL = "Crew base URL"
+PORT_LABEL = "Port"
+TOKEN_LABEL = "Bearer token"
+
+
 # One definition of the extra fields: the provider metadata ("conn-fields"), the legacy form
 # widgets and the parser below all read it.
+#
+# No key may contain a word Airflow treats as secret ("token", "password", "secret", "proxy",
+# "bearer", "dsn" and the others of [core] sensitive_var_conn_names): Airflow would show the value
+# as "***" in the REST API and the form, and the form could not show it when a connection is
+# reopened (tests/test_provider_info.py checks this against Airflow's own masker).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "token_kind": {
+    "credential_kind": {
         "label": "Token kind",
         "description": "Organization bearer token (full access) or user bearer token (user-scoped). "
         "Informative: shown in logs and the connection test.",
@@ -65,15 +78,29 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
     "retry_limit": {
         "label": "Retry limit",
-        "description": "Retries after connection errors, 429, 502, 503 and 504 (with back-off and jitter). "
+        "description": "Retries after failures that do not say when to come back: connection errors, "
+        "and 502, 504 or time-outs on reads (429 and 503 are governed by the retry budget). "
         "A kickoff or resume is never repeated when the service may have received it.",
         "schema": {"type": ["integer", "null"], "minimum": 0, "default": 3},
     },
     "retry_delay": {
         "label": "Retry base delay (s)",
-        "description": "First back-off delay; doubles each retry (capped at 60 s) unless the service "
-        "sends Retry-After.",
+        "description": "First back-off delay; doubles each retry (capped at 60 s), with jitter. The "
+        "service's Retry-After is a floor under it.",
         "schema": {"type": ["number", "null"], "minimum": 0, "default": 1},
+    },
+    "retry_budget": {
+        "label": "Retry budget (s)",
+        "description": "Seconds during which answers of 429 (rate limited) and 503 (unavailable) are "
+        "retried, with a growing, jittered back-off that never waits less than the service's "
+        "Retry-After. A wait's deadline ends the retries sooner.",
+        "schema": {"type": ["number", "null"], "minimum": 0, "default": 300},
+    },
+    "max_response_bytes": {
+        "label": "Max response size (bytes)",
+        "description": "Largest answer body read from the service, counted after decompression "
+        "(default 32 MiB). A larger answer fails the task with an error naming this field.",
+        "schema": {"type": ["integer", "null"], "minimum": 1, "default": 32 * 1024 * 1024},
     },
     "status_path_style": {
         "label": "Status path style",
@@ -81,13 +108,28 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "'auto': learn which one the service answers.",
         "schema": {"type": ["string", "null"], "enum": [s.value for s in StatusPathStyle], "default": "auto"},
     },
+    "execution_url_template": {
+        "label": "Execution page URL",
+        "description": "Optional. The address of one execution's page in the crew's dashboard, with "
+        "{kickoff_id} where the execution id goes, e.g. https://app.example.com/executions/{kickoff_id}. "
+        "Crew tasks then show a 'Crew execution' link to it.",
+        "schema": {"type": ["string", "null"], "default": None},
+    },
 }
 
+# Extras read under an older name too, for connections saved before the rename. "token_kind"
+# became "credential_kind" because Airflow masks every extra whose key contains "token".
+LEGACY_EXTRA_NAMES: dict[str, tuple[str, ...]] = {"credential_kind": ("token_kind",)}
+
+# Port stays visible: on Airflow 3.3.1 and 3.3.2 the connections list's Test action sends port 0
+# for a connection without a port and the api-server refuses it as "a different host or port"
+# (apache/airflow#73298); a connection with its port filled in tests fine there.
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden_fields": ["schema", "port", "login", "extra"],
-    "relabeling": {"host": "Crew base URL", "password": "Bearer token"},
+    "hidden_fields": ["schema", "login", "extra"],
+    "relabeling": {"host": HOST_LABEL, "port": PORT_LABEL, "password": TOKEN_LABEL},
     "placeholders": {
-        "host": "https://my-crew-1234.example.com",
+        "host": "https://my-crew-1234.example.com (http:// only for localhost)",
+        "port": "optional: 443 for https; the Test action of Airflow 3.3.1-3.3.2 needs it",
         "password": "bearer token from the crew's status tab",
     },
 }
@@ -96,11 +138,16 @@ MAX_BACKOFF_SECONDS = 60.0
 
 
 def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
-    """Read an extra stored plain (``timeout``) or with the old form prefix (``extra__crew__timeout``)."""
-    for key in (name, f"extra__{CONN_TYPE}__{name}"):
-        value = extra.get(key)
-        if value is not None and value != "":
-            return value
+    """Read an extra stored plain (``timeout``) or with the old form prefix (``extra__crew__timeout``).
+
+    A field renamed since (:data:`LEGACY_EXTRA_NAMES`) is also read under its old name; the new
+    name wins when both are set.
+    """
+    for stored_name in (name, *LEGACY_EXTRA_NAMES.get(name, ())):
+        for key in (stored_name, f"extra__{CONN_TYPE}__{stored_name}"):
+            value = extra.get(key)
+            if value is not None and value != "":
+                return value
     return None
 
 
@@ -123,6 +170,16 @@ def _number(extra: Mapping[str, Any], name: str, *, integer: bool = False) -> fl
         raise CrewConnectionError(
             f"Connection extra '{name}' must not be negative, got {raw!r}. Set it to 0 or more "
             f"(default {default})."
+        )
+    return value
+
+
+def _positive_integer(extra: Mapping[str, Any], name: str) -> int:
+    value = int(_number(extra, name, integer=True))
+    if value < 1:
+        raise CrewConnectionError(
+            f"Connection extra '{name}' must be at least 1, got {value}. Leave it out for the default "
+            f"({CONN_FIELDS[name]['schema']['default']})."
         )
     return value
 
@@ -154,31 +211,122 @@ def _choice(extra: Mapping[str, Any], name: str, enum_type: type[enum.Enum]) -> 
         ) from None
 
 
+KICKOFF_ID_PLACEHOLDER = "{kickoff_id}"
+
+
+def _execution_url_template(extra: Mapping[str, Any], name: str = "execution_url_template") -> str | None:
+    """The execution page URL template, checked: absolute http(s), ``{kickoff_id}`` in it, no credentials.
+
+    The built URL goes to XCom and the Airflow UI, so a login in it would leak; the check says so
+    without echoing the value.
+    """
+    raw = _extra_value(extra, name)
+    if raw is None:
+        return None
+    fix = (
+        f"Fix the '{CONN_FIELDS[name]['label']}' field of the connection, e.g. "
+        f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}."
+    )
+    template = str(raw).strip()
+    parts = urlsplit(template)
+    if parts.username is not None or parts.password is not None:
+        raise CrewConnectionError(
+            f"Connection extra '{name}' must not contain a login or password: the link is shown in the "
+            f"Airflow UI and stored in XCom. {fix}"
+        )
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise CrewConnectionError(
+            f"Connection extra '{name}' must be an http(s) URL, got {template!r}. {fix}"
+        )
+    if KICKOFF_ID_PLACEHOLDER not in template:
+        raise CrewConnectionError(
+            f"Connection extra '{name}' has no {KICKOFF_ID_PLACEHOLDER} placeholder for the execution id, "
+            f"got {template!r}. {fix}"
+        )
+    return template
+
+
+def build_execution_url(template: str, kickoff_id: str) -> str:
+    """The execution page URL: ``{kickoff_id}`` in ``template`` replaced by the URL-quoted id.
+
+    ``str.replace`` rather than ``str.format``: other braces in a dashboard URL stay as they are.
+    """
+    return template.replace(KICKOFF_ID_PLACEHOLDER, quote(str(kickoff_id), safe=""))
+
+
+HTTP_RULE = (
+    "http:// is accepted only for a service on the same machine (localhost, 127.0.0.1 or [::1]); "
+    "anywhere else the bearer token would cross the network unencrypted"
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_loopback_host(hostname: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): traffic that stays on the machine.
+
+    :param hostname: The host part of a URL, without brackets or port.
+    """
+    if hostname.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
 def normalise_base_url(host: str | None, *, port: int | None = None, path: str | None = None) -> str:
     """Return the crew's base URL from the connection fields, or raise naming the field and the fix.
 
+    The rule for the scheme: https://, or http:// for a loopback host only (:data:`HTTP_RULE`).
+
     ``port`` and ``path`` come apart from the host when the connection is written as a URI
     (``crew://https://:TOKEN@my-crew.example.com:443/v1``): Airflow puts them in port and schema.
+    The form's Port field lands in ``port`` too. Port 0 means none: Airflow's Test action sends 0
+    for an empty port.
+
+    :param host: The connection's host ('Crew base URL').
+    :param port: The connection's port, if any.
+    :param path: The connection's schema, a path appended to the URL (URI form only).
     """
     host = (host or "").strip()
     if not host:
         raise CrewConnectionError(
-            "The crew connection has no host. Set 'Crew base URL' (the connection host) to the crew's "
-            "address, e.g. https://my-crew-1234.example.com."
+            f"'{HOST_LABEL}' is empty. Set it (the connection's host) to the crew's address, e.g. "
+            "https://my-crew-1234.example.com."
         )
     if "://" not in host:
         raise CrewConnectionError(
-            f"The crew connection host {host!r} has no scheme. Write the full base URL, e.g. "
-            f"https://{host} (http:// only for a local service)."
+            f"'{HOST_LABEL}' {host!r} has no scheme. Write the full address, e.g. https://{host}."
         )
     parts = urlsplit(host)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise CrewConnectionError(
-            f"The crew connection host {host!r} is not an http(s) URL. Write it as "
-            "https://<crew address>[/path]."
+            f"'{HOST_LABEL}' {host!r} is not an https:// URL. Write it as https://<crew address>[/path]."
         )
-    if port and parts.port is None:
-        parts = parts._replace(netloc=f"{parts.netloc}:{port}")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise CrewConnectionError(
+            f"'{HOST_LABEL}' {host!r} uses http://. Write https://{host.split('://', 1)[1]}: {HTTP_RULE}."
+        )
+    try:
+        url_port = parts.port
+    except ValueError:
+        raise CrewConnectionError(
+            f"'{HOST_LABEL}' {host!r} has a port that is not a number from 1 to 65535."
+        ) from None
+    if port:
+        if not 0 < port < 65536:
+            raise CrewConnectionError(
+                f"'{PORT_LABEL}' must be a number from 1 to 65535, got {port}. Leave it empty to use "
+                f"the port in '{HOST_LABEL}' or the scheme's default."
+            )
+        if url_port is None:
+            if port != DEFAULT_PORTS[parts.scheme]:
+                parts = parts._replace(netloc=f"{parts.netloc}:{port}")
+        elif url_port != port:
+            raise CrewConnectionError(
+                f"'{HOST_LABEL}' {host!r} says port {url_port} but '{PORT_LABEL}' says {port}. Make them "
+                f"agree or leave '{PORT_LABEL}' empty."
+            )
     if path and path.strip("/"):
         parts = parts._replace(path=f"{parts.path.rstrip('/')}/{path.strip('/')}")
     return parts.geturl().rstrip("/")
@@ -190,48 +338,71 @@ class CrewConnectionConfig:
 
     base_url: str
     token: str = field(repr=False)
-    token_kind: TokenKind = TokenKind.ORGANIZATION
+    credential_kind: TokenKind = TokenKind.ORGANIZATION
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     verify_tls: bool = True
     retry_limit: int = 3
     retry_delay: float = 1.0
+    retry_budget: float = 300.0
+    max_response_bytes: int = 32 * 1024 * 1024
     status_path_style: StatusPathStyle = StatusPathStyle.AUTO
+    execution_url_template: str | None = None
 
     @classmethod
     def from_connection_fields(
         cls,
         *,
-        conn_id: str,
+        conn_id: str | None,
         host: str | None,
         password: str | None,
         extra: Mapping[str, Any] | None,
         schema: str | None = None,
         port: int | None = None,
     ) -> CrewConnectionConfig:
-        """Build the config from an Airflow connection's fields; errors name the connection and field."""
+        """Build the config from an Airflow connection's fields; errors name the field and the fix.
+
+        :param conn_id: Named at the start of every error ("Connection 'crew_default': ..."). None
+            leaves it out: Airflow's Test action tests under a random id the user never chose.
+        :param host: The connection's host, the crew's base URL.
+        :param password: The connection's password, the bearer token.
+        :param extra: The connection's extras (``extra_dejson``).
+        :param schema: The connection's schema: a path appended to the base URL.
+        :param port: The connection's port.
+        """
         extra = extra or {}
         try:
             base_url = normalise_base_url(host, port=port, path=schema)
             token = (password or _extra_value(extra, "token") or "").strip()
             if not token:
                 raise CrewConnectionError(
-                    "The crew connection has an empty bearer token. Put the token from the crew's status "
-                    "tab in the connection's password ('Bearer token') field."
+                    f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the "
+                    "crew's status tab in it."
                 )
             return cls(
                 base_url=base_url,
                 token=token,
-                token_kind=_choice(extra, "token_kind", TokenKind),
+                credential_kind=_choice(extra, "credential_kind", TokenKind),
                 connect_timeout=float(_number(extra, "connect_timeout")),
                 read_timeout=float(_number(extra, "read_timeout")),
                 verify_tls=_boolean(extra, "verify_tls"),
                 retry_limit=int(_number(extra, "retry_limit", integer=True)),
                 retry_delay=float(_number(extra, "retry_delay")),
+                retry_budget=float(_number(extra, "retry_budget")),
+                max_response_bytes=_positive_integer(extra, "max_response_bytes"),
                 status_path_style=_choice(extra, "status_path_style", StatusPathStyle),
+                execution_url_template=_execution_url_template(extra),
             )
         except CrewConnectionError as error:
+            if conn_id is None:
+                raise
             raise CrewConnectionError(f"Connection {conn_id!r}: {error}") from None
+
+    def execution_url(self, kickoff_id: str) -> str | None:
+        """The execution's page in the crew's dashboard, or None when no template is set."""
+        if not self.execution_url_template:
+            return None
+        return build_execution_url(self.execution_url_template, kickoff_id)
 
     @property
     def timeout(self) -> tuple[float, float]:

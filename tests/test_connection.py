@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -26,7 +27,7 @@ def test_defaults():
     assert cfg.base_url == "https://crew.example.test"
     assert (cfg.connect_timeout, cfg.read_timeout, cfg.verify_tls, cfg.retry_limit) == (10.0, 60.0, True, 3)
     assert cfg.status_path_style is StatusPathStyle.AUTO
-    assert cfg.token_kind is TokenKind.ORGANIZATION
+    assert cfg.credential_kind is TokenKind.ORGANIZATION
     assert "s3cret-tok" not in repr(cfg)
 
 
@@ -38,12 +39,32 @@ def test_extras_plain_and_with_the_old_form_prefix():
             "verify_tls": "false",
             "retry_limit": "0",
             "status_path_style": "Deployed",
-            "token_kind": "user",
+            "credential_kind": "user",
         }
     )
     assert (cfg.read_timeout, cfg.connect_timeout, cfg.verify_tls, cfg.retry_limit) == (12.5, 3.0, False, 0)
     assert cfg.status_path_style is StatusPathStyle.DEPLOYED
-    assert cfg.token_kind is TokenKind.USER
+    assert cfg.credential_kind is TokenKind.USER
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"token_kind": "user"}, TokenKind.USER),
+        ({"extra__crew__token_kind": "user"}, TokenKind.USER),
+        # Both set: the form saved the new field over an old connection; what the form showed wins.
+        ({"token_kind": "user", "credential_kind": "organization"}, TokenKind.ORGANIZATION),
+        ({"token_kind": "", "credential_kind": "user"}, TokenKind.USER),
+    ],
+    ids=["old-name", "old-name-with-form-prefix", "new-name-wins", "empty-old-name"],
+)
+def test_token_kind_saved_under_its_old_name_is_still_read(extra, expected):
+    assert config(extra=extra).credential_kind is expected
+
+
+def test_a_bad_token_kind_under_the_old_name_is_named():
+    with pytest.raises(CrewConnectionError, match="'credential_kind' is 'admin'"):
+        config(extra={"token_kind": "admin"})
 
 
 def test_base_url_keeps_a_path_and_drops_the_trailing_slash():
@@ -55,26 +76,88 @@ def test_uri_form_puts_port_and_path_back():
 
 
 @pytest.mark.parametrize(
+    ("host", "port", "base_url"),
+    [
+        ("https://crew.example.test", 8443, "https://crew.example.test:8443"),
+        ("https://crew.example.test", 443, "https://crew.example.test"),  # the scheme's default: left out
+        ("https://crew.example.test:8443/v1", 8443, "https://crew.example.test:8443/v1"),  # both agree
+        ("https://crew.example.test:8443", None, "https://crew.example.test:8443"),
+        # Airflow's Test action sends port 0 for an empty Port field (Number(null) in its UI).
+        ("https://crew.example.test", 0, "https://crew.example.test"),
+    ],
+)
+def test_the_port_field(host, port, base_url):
+    assert config(host=host, port=port).base_url == base_url
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "http://127.0.0.1:8787",
+        "http://127.9.0.1",
+        "http://localhost:8080/crew",
+        "http://LOCALHOST",
+        "http://[::1]:8787",
+        "https://crew.example.test",
+        "https://10.0.0.5:8443",
+    ],
+)
+def test_https_everywhere_http_only_on_this_machine(host):
+    assert config(host=host).base_url == host.rstrip("/")
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "http://crew.internal.example",
+        "http://10.0.0.5:8787",
+        "http://localhost.example.com",
+        "http://0.0.0.0:8787",
+        "http://[::ffff:10.0.0.5]",
+    ],
+)
+def test_http_to_another_machine_is_refused_with_the_rule(host):
+    with pytest.raises(CrewConnectionError) as caught:
+        config(host=host)
+    message = str(caught.value)
+    assert f"'Crew base URL' {host!r} uses http://. Write https://{host.split('://')[1]}: " in message
+    assert "accepted only for a service on the same machine (localhost, 127.0.0.1 or [::1])" in message
+    assert "unencrypted" in message
+
+
+@pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"host": None}, "no host. Set 'Crew base URL'"),
-        ({"host": "  "}, "no host"),
-        ({"host": "crew.example.test"}, "has no scheme. Write the full base URL, e.g. https://crew.example.test"),
-        ({"host": "ftp://crew.example.test"}, "is not an http\\(s\\) URL"),
-        ({"password": ""}, "empty bearer token"),
-        ({"password": None}, "empty bearer token"),
+        ({"host": None}, "'Crew base URL' is empty. Set it"),
+        ({"host": "  "}, "'Crew base URL' is empty"),
+        ({"host": "crew.example.test"}, "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test"),
+        ({"host": "ftp://crew.example.test"}, "'Crew base URL' 'ftp://crew.example.test' is not an https:// URL"),
+        ({"host": "https://crew.example.test:99999"}, "has a port that is not a number from 1 to 65535"),
+        ({"host": "https://crew.example.test:8443", "port": 9443}, "'Crew base URL' 'https://crew.example.test:8443' says port 8443 but 'Port' says 9443"),
+        ({"port": 70000}, "'Port' must be a number from 1 to 65535, got 70000"),
+        ({"password": ""}, "'Bearer token' \\(the connection's password\\) is empty"),
+        ({"password": None}, "'Bearer token' \\(the connection's password\\) is empty"),
         ({"extra": {"status_path_style": "sideways"}}, "'status_path_style' is 'sideways'; it must be one of"),
         ({"extra": {"read_timeout": -1}}, "'read_timeout' must not be negative"),
         ({"extra": {"connect_timeout": "soon"}}, "'connect_timeout' must be a number of seconds"),
         ({"extra": {"retry_limit": 1.5}}, "'retry_limit' must be a whole number"),
         ({"extra": {"verify_tls": "maybe"}}, "'verify_tls' must be true or false"),
-        ({"extra": {"token_kind": "admin"}}, "'token_kind' is 'admin'"),
+        ({"extra": {"credential_kind": "admin"}}, "'credential_kind' is 'admin'"),
     ],
 )
 def test_bad_configuration_names_the_field(fields, expected):
     with pytest.raises(CrewConnectionError, match=expected) as caught:
         config(**fields)
     assert str(caught.value).startswith("Connection 'crew_default': ")
+
+
+def test_without_a_connection_id_errors_name_only_the_field():
+    """Airflow's Test action tests under a random id: its messages leave the id out."""
+    with pytest.raises(CrewConnectionError) as caught:
+        config(conn_id=None, host="crew.example.test")
+    assert str(caught.value) == (
+        "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test."
+    )
 
 
 @pytest.mark.parametrize(
@@ -92,6 +175,80 @@ def test_connection_from_environment_as_json_and_uri(monkeypatch, env_value):
     assert cfg.base_url == "https://crew.example.test/v1"
     assert cfg.token == "t0ken-from-json"
     assert cfg.read_timeout == 5.0
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed: connecting is refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# Airflow's Test action tests a connection under a random id like this one.
+RANDOM_ID = "DUiloSWe"
+
+
+def airflow_test_action(monkeypatch, **fields) -> tuple[bool, str]:
+    """What Airflow's api-server does for the Test action: the connection under a random id,
+    exported as a URI in AIRFLOW_CONN_<ID>, then ``Connection.test_connection()``."""
+    from airflow.models.connection import Connection
+
+    conn = Connection(conn_id=RANDOM_ID, conn_type="crew", **fields)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{RANDOM_ID.upper()}", conn.get_uri())
+    ok, message = conn.test_connection()
+    assert RANDOM_ID.lower() not in message.lower()
+    return ok, message
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("host", "port"),
+    [
+        ("{base_url}", None),
+        ("{base_url}", 0),  # an empty Port field, as Airflow 3.1-3.2's Test action sends it
+        ("http://127.0.0.1", "{port}"),  # the port in the Port field
+        ("{base_url}", "{port}"),  # in both
+    ],
+    ids=["port-in-url", "port-0", "port-field", "both"],
+)
+def test_airflows_test_action_with_a_good_token(crew_service, monkeypatch, host, port):
+    service_port = int(crew_service.base_url.rsplit(":", 1)[1])
+    ok, message = airflow_test_action(
+        monkeypatch,
+        host=host.format(base_url=crew_service.base_url),
+        port=int(port.format(port=service_port)) if isinstance(port, str) else port,
+        password=crew_service.user_token,
+        extra=json.dumps({"credential_kind": "user", "read_timeout": 5}),
+    )
+    assert (ok, message) == (
+        True,
+        f"OK: the crew at {crew_service.base_url} expects inputs ['topic', 'current_year'] (user token).",
+    )
+    assert crew_service.request_count("kickoff") == 0
+
+
+@pytest.mark.integration
+def test_airflows_test_action_with_a_bad_token(crew_service, monkeypatch):
+    ok, message = airflow_test_action(monkeypatch, host=crew_service.base_url, password="not-the-token-123")
+    assert ok is False
+    assert message.startswith(f"Bad token: the crew at {crew_service.base_url} rejected the token (401).")
+    assert "not-the-token-123" not in message
+
+
+@pytest.mark.integration
+def test_airflows_test_action_with_nothing_listening(monkeypatch):
+    url = f"http://127.0.0.1:{closed_port()}"
+    ok, message = airflow_test_action(monkeypatch, host=url, password="tok-abcdef")
+    assert ok is False
+    assert message.startswith(f"Unreachable: GET / to {url}/ failed after 1 attempt(s)")
+    assert "tok-abcdef" not in message
+
+
+@pytest.mark.integration
+def test_airflows_test_action_names_the_field_not_the_random_id(monkeypatch):
+    ok, message = airflow_test_action(monkeypatch, host="http://crew.internal.example", password="tok-abcdef")
+    assert ok is False
+    assert message.startswith("'Crew base URL' 'http://crew.internal.example' uses http://.")
 
 
 def test_hook_wraps_configuration_errors_as_crew_configuration_error(crew_conn):

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from airflow_provider_crew import get_provider_info
+from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.connection import CONN_FIELDS
 
 
@@ -105,3 +106,66 @@ def test_airflow_cli_adds_a_crew_connection(airflow_env):
     )
     shown = json_output(airflow_cli(airflow_env, "connections", "get", "my_crew", "--output", "json"))[0]
     assert (shown["conn_type"], shown["host"]) == ("crew", "https://crew.example.test")
+
+
+def sample_extra_values() -> dict:
+    """One valid value per extra field (the default, or a made-up one where there is none)."""
+    return {
+        name: spec["schema"].get("default") if spec["schema"].get("default") is not None else "https://x.test/{kickoff_id}"
+        for name, spec in CONN_FIELDS.items()
+    }
+
+
+def test_airflow_masks_no_extra_field_in_the_rest_api():
+    """Airflow shows an extra as "***" when its key contains "token", "password", "secret"... Then
+    the form cannot show the saved value when the connection is reopened."""
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionResponse
+
+    extra = sample_extra_values()
+    response = ConnectionResponse.model_validate(
+        {"conn_id": "c", "conn_type": "crew", "description": None, "host": "https://x.test", "login": None,
+         "schema": None, "port": None, "password": "tok", "extra": json.dumps(extra), "team_name": None}
+    )
+    assert json.loads(response.extra) == extra
+    assert response.password == "***"  # the token itself stays hidden
+
+
+SERVED_FORM_SCRIPT = """
+import json
+from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+(crew,) = [meta for meta in HookMetaService.hook_meta_data() if meta.connection_type == "crew"]
+# Validated again by the response model: its validators mask values as the API does.
+served = type(crew).model_validate(crew.model_dump())
+print("CREW_FORM=" + json.dumps(served.model_dump(mode="json")))
+"""
+
+
+def test_the_form_metadata_airflow_serves_has_every_field_with_its_default(airflow_env):
+    """What the UI reads to draw the form (GET /ui/connections/hook_meta): every extra field, with
+    its default as the value a new connection starts with, and the standard fields relabelled.
+
+    In a fresh interpreter, as in the api-server: Airflow builds this once per process, and an
+    earlier test that loaded the providers without the form stand-ins would change the answer.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", SERVED_FORM_SCRIPT], env=airflow_env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("CREW_FORM=")]
+    served = json.loads(line.removeprefix("CREW_FORM="))
+    if served["extra_fields"] is None and not AIRFLOW_V_3_1_PLUS:
+        pytest.skip("Airflow 3.0 builds provider form fields only with flask-appbuilder installed")
+    values = {name: field["value"] for name, field in served["extra_fields"].items()}
+    assert values == {name: spec["schema"].get("default") for name, spec in CONN_FIELDS.items()}
+    standard = served["standard_fields"]
+    titles = (standard["host"]["title"], standard["password"]["title"], standard["port"]["title"])
+    assert titles == ("Crew base URL", "Bearer token", "Port")
+    assert not standard["port"]["hidden"], "Airflow 3.3.1-3.3.2's Test action needs a stored port"
+    assert standard["url_schema"]["hidden"] and standard["login"]["hidden"]
+
+
+@pytest.mark.parametrize("document", ["docs/connection.md", "README.md"])
+def test_every_extra_field_is_documented(document):
+    text = (Path(__file__).resolve().parents[1] / document).read_text()
+    missing = [name for name in CONN_FIELDS if f"`{name}`" not in text]
+    assert not missing, f"{document} does not name the extra fields {missing}"

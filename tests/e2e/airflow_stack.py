@@ -4,11 +4,18 @@ Everything runs from the Airflow installation of the running interpreter, in a t
 AIRFLOW_HOME with a SQLite database and the LocalExecutor, on a free loopback port. Each component
 is started in its own process group and :meth:`AirflowStack.stop` kills every group it started,
 whatever state the test left them in.
+
+The stack authenticates as a real client does, on every Airflow 3 minor: SimpleAuthManager with one
+configured user and a password written to its passwords file beforehand, a JWT from
+``POST /auth/token``, and that token as ``Authorization: Bearer`` on every REST call. It does not rely
+on ``simple_auth_manager_all_admins`` (Airflow 3.1.8 wants a token even in that mode). A browser logs
+in to the UI with the same :attr:`AirflowStack.username` and :attr:`AirflowStack.password`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -16,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,10 +57,28 @@ class AirflowStack:
     :param home: An empty directory to use as AIRFLOW_HOME (logs end up there too).
     :param dags_folder: The folder the dag-processor parses.
     :param env: Extra environment, e.g. ``AIRFLOW_CONN_*`` for the DAGs' connections.
+    :param username: The one user of the stack, for the REST client and for a browser.
+    :param role: That user's SimpleAuthManager role (``admin``, ``op``, ``user`` or ``viewer``).
     """
 
-    def __init__(self, home: Path, dags_folder: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path,
+        env: Mapping[str, str],
+        *,
+        username: str = "admin",
+        role: str = "admin",
+    ) -> None:
         self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.username = username
+        self.password = secrets.token_urlsafe(18)
+        # SimpleAuthManager generates a password only for users missing from this file: writing ours
+        # first makes the password known to the test without reading Airflow's output.
+        passwords_file = home / "simple_auth_manager_passwords.json"
+        passwords_file.write_text(json.dumps({username: self.password}))
+        passwords_file.chmod(0o600)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -65,13 +90,21 @@ class AirflowStack:
             AIRFLOW__CORE__UNIT_TEST_MODE="False",
             AIRFLOW__CORE__EXECUTOR="LocalExecutor",
             AIRFLOW__CORE__PARALLELISM="4",
-            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+            AIRFLOW__CORE__AUTH_MANAGER=(
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{username}:{role}",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords_file),
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base_url}/execution/",
             AIRFLOW__API__BASE_URL=self.base_url,
             AIRFLOW__API__HOST="127.0.0.1",
             AIRFLOW__API__PORT=str(self.port),
             # Every component must sign and check task tokens with the same key.
             AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_hex(32),
+            # Airflow 3.0 signs tokens with iss=None when no issuer is set, which PyJWT 2.10+ refuses
+            # ("Issuer (iss) must be a string"): POST /auth/token answers 500. Airflow recommends it anyway.
+            AIRFLOW__API_AUTH__JWT_ISSUER="airflow-provider-crew-tests",
             AIRFLOW__CORE__FERNET_KEY="",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
@@ -95,9 +128,16 @@ class AirflowStack:
         if done.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
-    def start(self) -> None:
+    def start(self, components: Sequence[str] = COMPONENTS) -> None:
+        """Start ``components`` (default: all four); with the api-server, wait for it and log in.
+
+        :param components: A subset of :data:`COMPONENTS`, e.g. ``("api-server",)`` for a UI test.
+        """
+        unknown = set(components) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"Unknown Airflow components {sorted(unknown)}; choose from {COMPONENTS}")
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        for component in COMPONENTS:
+        for component in components:
             args = [self.airflow, component]
             if component == "api-server":
                 args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
@@ -111,14 +151,35 @@ class AirflowStack:
                 start_new_session=True,  # own process group: stop() kills its workers too
             )
             log.close()
-        wait_for(self._api_ready, timeout=120, what="the api-server to answer")
+        if "api-server" in components:
+            wait_for(self._api_ready, timeout=120, what="the api-server to answer")
+            self.login()
 
     def _api_ready(self) -> bool:
         self.check_alive()
         try:
+            # /version needs no token: it tells "up" apart from "up and we are logged in".
             return self.session.get(f"{self.base_url}/api/v2/version", timeout=2).status_code == 200
         except requests.RequestException:
             return False
+
+    def login(self) -> str:
+        """Get a JWT for :attr:`username` from ``POST /auth/token`` and send it on every later call.
+
+        :return: The access token (a browser test can reuse it; the password works as well).
+        """
+        response = self.session.post(
+            f"{self.base_url}/auth/token",
+            json={"username": self.username, "password": self.password},
+            timeout=30,
+        )
+        if response.status_code not in (200, 201):
+            raise AssertionError(
+                f"POST /auth/token as {self.username!r} answered {response.status_code}: {response.text[:500]}"
+            )
+        token = str(response.json()["access_token"])
+        self.session.headers["Authorization"] = f"Bearer {token}"
+        return token
 
     def check_alive(self) -> None:
         """Fail fast, with the component's log tail, when a component died."""
