@@ -1,7 +1,8 @@
 """A person reviews a crew's draft in the Airflow UI (Required Actions), round after round.
 
-kickoff (returns at once) -> review (waits for the pause, asks in the UI, resumes the crew with the
-answer, asks again after a request for changes, returns the final output once approved) -> publish.
+kickoff (returns at once) -> review.round_1 … review.round_3 (each waits for the crew to pause, asks
+in the UI about that output, and sends the answer to the crew; rounds after the crew finished are
+skipped) -> review.result (waits for the crew to finish, returns its output) -> publish.
 
 Needs Airflow 3.1+ (human-in-the-loop); on 3.0 this file fails to parse with a message saying so.
 
@@ -11,7 +12,7 @@ Connections:
   it must send there (password = bearer token). Tasks that require human input only pause when
   the kickoff gave such a webhook.
 Set ``CREW_EXAMPLE_WEBHOOK_BASE`` to also receive task, step and crew notifications; the review
-task re-sends them with every resume (the service forgets them at resume, contract rule 4.2).
+rounds re-send them with every resume (the service forgets them at resume; docs/contract.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pendulum
 from airflow.sdk import DAG, XComArg, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
-from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator
+from airflow_provider_crew.operators.human_review import crew_human_review
 
 WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")
 NOTIFICATIONS = (
@@ -44,34 +45,36 @@ with DAG(
     params={"topic": "data contracts"},
     tags=["example", "crew", "human-review"],
 ) as dag:
+    # [START howto_crew_review_in_airflow]
     kickoff = CrewKickoffOperator(
         task_id="kickoff",
         crew_conn_id="crew_review",
         inputs=INPUTS,
         human_input_webhook_conn_id="crew_review_webhook",
-        wait_for_completion=False,  # the review task does the waiting
+        wait_for_completion=False,  # the review rounds do the waiting
         **NOTIFICATIONS,
     )
 
-    review = CrewHumanReviewOperator(
-        task_id="review",
-        crew_conn_id="crew_review",
+    review = crew_human_review(
+        group_id="review",
         kickoff_id=kickoff.output,
+        crew_conn_id="crew_review",
         inputs=INPUTS,  # shown to the reviewer as context
-        response_timeout=timedelta(hours=24),  # then the task fails; the crew stays paused
+        max_rounds=3,  # each "Request changes" uses a round
+        response_timeout=timedelta(hours=24),  # then the round fails; the crew stays paused
         poll_interval=1,
     )
 
     @task
     def publish(final_output: str, history: list[dict]) -> str:
-        for entry in history:
-            who = (entry.get("responded_by") or {}).get("name")
-            print(f"Round {entry['round']}: {entry['answer']} by {who}: {entry['feedback']}")
+        for record in history:
+            who = (record.get("responded_by") or {}).get("name")
+            print(f"Round {record['round']}: {record['answer']} by {who}: {record['feedback']}")
         print(f"Final output:\n{final_output}")
         return final_output
 
     publish(review.output, XComArg(review, key="review_history"))
-
+    # [END howto_crew_review_in_airflow]
 
 if __name__ == "__main__":
     dag.test()

@@ -37,6 +37,12 @@ class CrewStatusTrigger(BaseTrigger):
     :param poll_interval: First interval between polls, in seconds; grows with jitter up to
         ``max_poll_interval``.
     :param max_poll_interval: Longest interval between polls, in seconds.
+    :param execution_seen: The task saw the execution before deferring: a 404 now means the service
+        lost it, not that it is still queued.
+    :param not_before: Epoch seconds before which no event is fired, however soon the wait ends. The
+        task that deferred sets it to when Airflow has surely handled its exit (see
+        :func:`airflow_provider_crew._compat.deferral_settle_seconds`): an event that resumes the task
+        before that can get it failed by Airflow's stale executor-event race.
     """
 
     def __init__(
@@ -49,6 +55,8 @@ class CrewStatusTrigger(BaseTrigger):
         not_found_deadline: float,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        not_before: float = 0.0,
+        execution_seen: bool = False,
     ) -> None:
         super().__init__()
         self.kickoff_id = kickoff_id
@@ -58,6 +66,8 @@ class CrewStatusTrigger(BaseTrigger):
         self.not_found_deadline = float(not_found_deadline)
         self.poll_interval = float(poll_interval)
         self.max_poll_interval = float(max(max_poll_interval, poll_interval))
+        self.not_before = float(not_before)
+        self.execution_seen = bool(execution_seen)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -70,6 +80,8 @@ class CrewStatusTrigger(BaseTrigger):
                 "not_found_deadline": self.not_found_deadline,
                 "poll_interval": self.poll_interval,
                 "max_poll_interval": self.max_poll_interval,
+                "not_before": self.not_before,
+                "execution_seen": self.execution_seen,
             },
         )
 
@@ -83,6 +95,7 @@ class CrewStatusTrigger(BaseTrigger):
             poll_interval=self.poll_interval,
             max_poll_interval=self.max_poll_interval,
             log=self.log,
+            execution_seen=self.execution_seen,
         )
         # The operator read the status just before deferring: look again one interval later.
         await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())))
@@ -92,6 +105,14 @@ class CrewStatusTrigger(BaseTrigger):
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):
+                await hold_until(self.not_before)
                 yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).model_dump(mode="json"))
                 return
             await asyncio.sleep(step)
+
+
+async def hold_until(not_before: float) -> None:
+    """Sleep until ``not_before`` (epoch seconds); return at once when it has passed."""
+    delay = not_before - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

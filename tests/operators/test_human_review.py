@@ -1,50 +1,55 @@
-"""CrewHumanReviewOperator: parse-time checks, the request text, each step of the review loop.
+"""crew_human_review: the task group, each round's request, its answer, and the result.
 
-The real loop (api-server, scheduler, triggerer, REST answers) is in tests/e2e.
+The answers go to the local crew service over real HTTP. The real loop (api-server, scheduler,
+triggerer, a reviewer through the REST API and in a browser) is in tests/e2e and tests/browser.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from unittest import mock
 
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
-from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError, CrewError
-from airflow_provider_crew.models import CrewStatus, ResumeResult
-from airflow_provider_crew.operators import human_review
-from airflow_provider_crew.operators.human_review import (
-    XCOM_REVIEW_HISTORY,
-    XCOM_REVIEW_REQUEST,
-    CrewHumanReviewOperator,
-    CrewReviewTimeoutError,
-)
+from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.models import CrewStatus
+
+needs_3_1 = pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="human review needs Airflow 3.1+")
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 TASK_ID = "f253f8b5-7aa3-5716-be72-c3c845d3e87b"
 OUTPUT = "draft_task by Writer (attempt 1): A draft about AI\ninputs: topic=AI"
-
-needs_3_1 = pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="CrewHumanReviewOperator needs Airflow 3.1+")
+ROUNDS = ["review.round_1", "review.round_2", "review.round_3"]
 
 
 class FakeTI:
-    """XCom in a dict, keyed like Airflow keys it for one task (survives deferrals within a try)."""
+    """XCom in dicts, keyed like Airflow keys it: this task's keys, and other tasks' return values."""
 
-    def __init__(self) -> None:
+    def __init__(self, task_id: str = "review.round_1", try_number: int = 1) -> None:
         self.id = uuid.uuid4()
+        self.task_id = task_id
         self.map_index = -1
+        self.try_number = try_number
         self.xcom: dict[str, object] = {}
         self.other: dict[tuple[str, str], object] = {}
 
     def xcom_push(self, key: str, value: object) -> None:
         self.xcom[key] = value
 
-    def xcom_pull(self, task_ids: str, key: str, map_indexes: int | None = None):
-        if task_ids == "review":
+    def xcom_pull(self, task_ids: Any, key: str = "return_value", map_indexes: int | None = None):
+        if isinstance(task_ids, list):
+            return [self.xcom_pull(task_id, key) for task_id in task_ids]
+        if task_ids == self.task_id:
             return self.xcom.get(key)
         return self.other.get((task_ids, key))
+
+
+def context(ti: FakeTI) -> dict[str, Any]:
+    return {"ti": ti, "task_instance": ti}
 
 
 def paused_record(output: str = OUTPUT, attempt: int = 1) -> dict:
@@ -57,8 +62,8 @@ def paused_record(output: str = OUTPUT, attempt: int = 1) -> dict:
     }
 
 
-def crew_event(record: dict, status: str = "paused") -> dict:
-    return {"status": status, "kickoff_id": KICKOFF_ID, "message": "m", "record": record}
+def crew_event(record: dict, status: str = "paused", kickoff_id: str = KICKOFF_ID) -> dict:
+    return {"status": status, "kickoff_id": kickoff_id, "message": "m", "record": record}
 
 
 def answer(option: str, feedback: str | None = None, user: str = "Ana", timedout: bool = False) -> dict:
@@ -71,26 +76,17 @@ def answer(option: str, feedback: str | None = None, user: str = "Ana", timedout
     }
 
 
-def operator(**kwargs) -> CrewHumanReviewOperator:
-    return CrewHumanReviewOperator(
-        task_id="review", kickoff_id=KICKOFF_ID, inputs={"topic": "AI", "audience": "engineers"}, **kwargs
+def round_operator(number: int = 1, **kwargs):
+    from airflow_provider_crew.operators.human_review import CrewReviewRoundOperator
+
+    kwargs.setdefault("kickoff_id", KICKOFF_ID)
+    return CrewReviewRoundOperator(
+        task_id=f"round_{number}",
+        round_number=number,
+        round_task_ids=ROUNDS,
+        inputs={"topic": "AI", "audience": "engineers"},
+        **kwargs,
     )
-
-
-@pytest.fixture(autouse=True)
-def crew_not_paused_yet(request, monkeypatch):
-    """Before deferring, the wait reads the status once; here the crew has not paused again yet.
-
-    Tests that talk to the local crew service (``crew_connection``) get the real read instead.
-    """
-    if "crew_connection" in request.fixturenames:
-        return
-    from airflow_provider_crew.exceptions import CrewNotFoundError
-    from airflow_provider_crew.operators import _wait
-
-    hook = mock.Mock()
-    hook.get_status.side_effect = CrewNotFoundError("not visible yet", endpoint="GET /x/status", status_code=404)
-    monkeypatch.setattr(_wait, "CrewHook", mock.Mock(return_value=hook))
 
 
 @pytest.fixture
@@ -118,370 +114,412 @@ def park_exception() -> type[BaseException]:
 
 @pytest.mark.skipif(AIRFLOW_V_3_1_PLUS, reason="the 3.0 refusal only shows on Airflow 3.0")
 def test_airflow_3_0_refuses_at_dag_parse_naming_3_1():
-    from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
+    from airflow_provider_crew.operators.human_review import crew_human_review
 
-    with pytest.raises(AirflowOptionalProviderFeatureException, match=r"needs Airflow 3\.1\+"):
-        operator()
+    with pytest.raises(Exception, match=r"needs Airflow 3\.1\+.*CrewResumeOperator"):
+        crew_human_review(kickoff_id=KICKOFF_ID)
 
 
-def test_module_imports_on_every_airflow_3():
-    # The HITL modules raise on import below 3.1; the operator module must still import (lazy imports).
-    assert human_review.CrewHumanReviewOperator.__name__ == "CrewHumanReviewOperator"
+def test_the_old_single_task_operator_names_its_replacement():
+    with pytest.raises(ImportError, match=r"crew_human_review\(\.\.\.\)"):
+        from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator  # noqa: F401
+
+
+@needs_3_1
+def test_the_group_lays_out_one_task_per_round_then_the_result():
+    from airflow.sdk import DAG
+
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.human_review import crew_human_review
+
+    with DAG("review_layout", schedule=None) as dag:
+        kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "AI"}, wait_for_completion=False)
+        result = crew_human_review(kickoff_id=kickoff.output, max_rounds=3)
+
+    assert result.task_id == "review.result"
+    assert sorted(dag.task_dict) == sorted(["kickoff", *ROUNDS, "review.result"])
+    assert dag.task_dict["review.round_2"].upstream_task_ids == {"review.round_1", "kickoff"}
+    assert dag.task_dict["review.result"].upstream_task_ids == {"review.round_3", "kickoff"}
+    assert result.trigger_rule == "none_failed"  # skipped rounds (the crew finished) are fine
+    for number, task_id in enumerate(ROUNDS, start=1):
+        task = dag.task_dict[task_id]
+        assert (task.round_number, task.round_task_ids, task.kickoff_task_id) == (number, ROUNDS, "kickoff")
+        assert task.retries == 1
 
 
 @needs_3_1
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"kickoff_id": ""}, "kickoff_id is empty"),
+        ({"max_rounds": 0}, "max_rounds must be a whole number of 1 or more"),
+        ({"kickoff_id": " "}, "kickoff_id is empty"),
+        ({"response_timeout": 3600}, r"response_timeout must be a timedelta.*timedelta\(hours=24\)"),
         ({"approve_on_timeout": True}, "approve_on_timeout=True needs a response_timeout"),
-        ({"response_timeout": 60}, "response_timeout must be a timedelta"),
-        ({"task_webhook_url": "ftp://h.test/t"}, "task_webhook_url must be an absolute http"),
+        ({"task_webhook_url": "ftp://x"}, "task_webhook_url"),
         ({"poll_interval": 0}, "poll_interval must be greater than 0"),
     ],
 )
 def test_bad_configuration_fails_at_parse(kwargs, message):
-    with pytest.raises(CrewConfigurationError, match=message):
-        CrewHumanReviewOperator(**({"task_id": "review", "kickoff_id": KICKOFF_ID} | kwargs))
-
-
-@needs_3_1
-def test_kickoff_task_is_found_from_an_xcom_arg():
     from airflow.sdk import DAG
 
-    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.human_review import crew_human_review
 
-    with DAG("d", schedule=None):
-        kickoff = CrewKickoffOperator(task_id="start", inputs={"topic": "x"}, wait_for_completion=False)
-        review = CrewHumanReviewOperator(task_id="review", kickoff_id=kickoff.output)
-    assert review.kickoff_task_id == "start"
-    assert "kickoff_id" in review.template_fields
+    kwargs.setdefault("kickoff_id", KICKOFF_ID)
+    with DAG("bad_review", schedule=None), pytest.raises(CrewConfigurationError, match=message):
+        crew_human_review(**kwargs)
 
 
-# -- the request text ------------------------------------------------------------------------------
+# -- the request ------------------------------------------------------------------------------------
 
 
 @needs_3_1
-def test_body_shows_output_inputs_progress_and_earlier_feedback():
-    op = operator(response_timeout=timedelta(hours=2))
-    history = [
-        {"round": 1, "answer": "Request changes", "feedback": "Add numbers", "responded_by": {"name": "Ana"}}
+def test_body_shows_the_round_output_inputs_progress_and_earlier_rounds():
+    earlier = [
+        {
+            "round": 1,
+            "answer": "Request changes",
+            "feedback": "Shorter | please",
+            "applied": True,
+            "responded_by": {"id": "ana", "name": "Ana"},
+        },
     ]
-    body = op.review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), history, 2)
-    assert "task **draft_task**" in body and "review round 2" in body and KICKOFF_ID in body
-    assert f"```text\n{OUTPUT}\n```" in body  # verbatim, fenced
-    assert "- **topic**: AI" in body and "- **audience**: engineers" in body
-    assert "task 2 of 3 'draft_task' by Writer" in body
-    assert "1. Request changes by Ana: Add numbers" in body
-    assert "this task fails and the crew execution stays paused" in body
-    assert f"XCom `{XCOM_REVIEW_REQUEST}`" in body
+    body = round_operator(2).review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), earlier)
+    assert body.startswith("**Review round 2 of 3**")
+    assert OUTPUT in body
+    assert "**topic**: AI" in body and "**audience**: engineers" in body
+    assert "1. Request changes by Ana: Shorter \\| please" in body
+    assert "round 3 asks you about the new output" in body
+    assert "Asked again" not in body
+
+
+@needs_3_1
+def test_body_says_plainly_why_a_round_asks_again():
+    earlier = [
+        {
+            "round": 1,
+            "answer": "Request changes",
+            "feedback": "",
+            "applied": False,
+            "note": "Changes were requested without feedback, so nothing was sent to the crew.",
+        }
+    ]
+    body = round_operator(2).review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), earlier)
+    assert (
+        "**Asked again:** round 1's answer was not applied. Changes were requested without feedback" in body
+    )
+    retried = round_operator(1).review_body(
+        KICKOFF_ID, CrewStatus.from_response(paused_record()), [], retried=True
+    )
+    assert "an earlier try of this round ended before an answer was applied" in retried
+
+
+@needs_3_1
+def test_last_round_says_changes_are_not_sent():
+    body = round_operator(3).review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), [])
+    assert "this is the last review round, so the feedback is *not* sent" in body
 
 
 @needs_3_1
 def test_body_fence_outlasts_backticks_in_the_output():
-    status = CrewStatus.from_response(paused_record(output="use ```code``` and ````more````"))
-    body = operator().review_body(KICKOFF_ID, status, [], 1)
-    assert "`````text\nuse ```code``` and ````more````\n`````" in body
+    status = CrewStatus.from_response(paused_record(output="code: ````x````"))
+    body = round_operator().review_body(KICKOFF_ID, status, [])
+    assert "`````text\ncode: ````x````\n`````" in body
+
+
+# -- a round: waiting, asking -----------------------------------------------------------------------
 
 
 @needs_3_1
-def test_body_names_the_time_out_default():
-    op = operator(response_timeout=timedelta(minutes=5), approve_on_timeout=True)
-    body = op.review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), [], 1)
-    assert "Without an answer within 0:05:00, the output is approved." in body
-    assert "No time limit." in operator().review_body(
-        KICKOFF_ID, CrewStatus.from_response(paused_record()), [], 1
-    )
-
-
-# -- the loop, step by step -------------------------------------------------------------------------
-
-
-@needs_3_1
-def test_execute_starts_the_history_and_defers_to_the_crew_trigger(crew_connection):
-    # The operator reads the status once before deferring; an id the service does not know yet
-    # (404 within the grace window) is still worth waiting for.
+def test_round_defers_to_the_crew_trigger_held_until_airflow_has_handled_the_deferral(crew_connection):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     ti = FakeTI()
-    with pytest.raises(TaskDeferred) as deferred:
-        operator().execute({"ti": ti, "task_instance": ti})
+    before = datetime.now(timezone.utc).timestamp()
+    with (
+        mock.patch("airflow_provider_crew.operators.base.deferral_settle_seconds", return_value=30.0),
+        pytest.raises(TaskDeferred) as deferred,
+    ):
+        round_operator().execute(context(ti))
+    trigger = deferred.value.trigger
     assert deferred.value.method_name == "execute_complete"
-    assert deferred.value.trigger.wait_for == "human_input"
-    assert ti.xcom == {"kickoff_id": KICKOFF_ID, XCOM_REVIEW_HISTORY: []}
+    assert trigger.wait_for == "human_input"
+    assert trigger.not_before >= before + 30.0
+    assert trigger.serialize()[1]["not_before"] == trigger.not_before
+    assert ti.xcom == {"kickoff_id": KICKOFF_ID, "execution_url": None}  # no page URL template
 
 
 @needs_3_1
-def test_pause_writes_the_request_and_waits_for_the_answer(parked):
-    ti = FakeTI()
-    ti.xcom[XCOM_REVIEW_HISTORY] = []
+def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
+    ti = FakeTI("review.round_2")
+    ti.other[("review.round_1", "return_value")] = {
+        "round": 1,
+        "answer": "Request changes",
+        "feedback": "Shorter",
+        "applied": True,
+    }
     notifier = mock.Mock()
-    op = operator(
-        assigned_users={"id": "ana", "name": "Ana"}, notifiers=notifier, response_timeout=timedelta(hours=1)
+    op = round_operator(
+        2,
+        assigned_users={"id": "ana", "name": "Ana"},
+        notifiers=notifier,
+        response_timeout=timedelta(hours=1),
     )
     with pytest.raises(park_exception()) as waiting:
-        op.execute_complete({"ti": ti, "task_instance": ti}, crew_event(paused_record()))
+        op.execute_complete(context(ti), crew_event(paused_record(attempt=2)))
 
     (request,) = parked
     assert request["ti_id"] == ti.id
     assert request["options"] == ["Approve", "Request changes"]
-    assert request["subject"] == "Review crew task draft_task"
-    assert OUTPUT in request["body"]
-    assert request["defaults"] is None  # no answer in time: the task fails, nothing is approved
+    assert request["subject"] == "Review crew task draft_task (round 2 of 3)"
+    assert OUTPUT in request["body"] and "1. Request changes by time-out default: Shorter" in request["body"]
+    assert request["defaults"] is None  # no answer in time: the round fails, nothing is approved
     assert request["assigned_users"] == [{"id": "ana", "name": "Ana"}]
     assert "feedback" in request["params"]
-    assert ti.xcom[XCOM_REVIEW_REQUEST] | {"body": None} == {
-        "round": 1,
+    assert ti.xcom["review_request"] | {"body": None} == {
+        "round": 2,
         "kickoff_id": KICKOFF_ID,
         "crew_task_id": TASK_ID,
         "crew_task": "draft_task",
         "output": OUTPUT,
-        "subject": "Review crew task draft_task",
+        "subject": "Review crew task draft_task (round 2 of 3)",
         "body": None,
     }
     notifier.assert_called_once()
-    assert op.body == request["body"]  # notifiers can template the current round's body
+    assert op.body == request["body"]  # notifiers can template this round's body
     assert waiting.value.method_name == "execute_review"
-    assert waiting.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID, "round_number": 1}
+    assert waiting.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID}
     if AIRFLOW_V_3_3_PLUS:
         assert waiting.value.timeout == timedelta(hours=1)
     else:
-        assert waiting.value.trigger.timeout_datetime is not None
+        trigger = waiting.value.trigger
+        assert type(trigger).__name__ == "CrewReviewAnswerTrigger"
+        assert trigger.timeout_datetime is not None
+        assert trigger.serialize()[0] == "airflow_provider_crew.triggers.human_review.CrewReviewAnswerTrigger"
 
 
 @needs_3_1
 def test_approve_on_timeout_sets_the_default(parked):
-    ti = FakeTI()
-    op = operator(response_timeout=timedelta(minutes=1), approve_on_timeout=True)
+    op = round_operator(response_timeout=timedelta(minutes=1), approve_on_timeout=True)
     with pytest.raises(park_exception()):
-        op.execute_complete({"ti": ti, "task_instance": ti}, crew_event(paused_record()))
+        op.execute_complete(context(FakeTI()), crew_event(paused_record()))
     assert parked[0]["defaults"] == ["Approve"]
 
 
-def _review_step(op, ti, event, resume=None):
-    hook = mock.Mock()
-    hook.resume.return_value = resume or ResumeResult.model_validate({"status": "retrying", "message": "ok"})
-    hook.get_status.return_value = CrewStatus.from_response({"state": "RUNNING"})
-    from airflow.providers.common.compat.sdk import TaskDeferred
+@needs_3_1
+def test_round_skips_when_the_execution_finished():
+    from airflow.providers.common.compat.sdk import AirflowSkipException
 
-    with (
-        mock.patch.object(human_review, "CrewHook", return_value=hook),
-        pytest.raises(TaskDeferred) as deferred,
-    ):
-        op.execute_review(
-            {"ti": ti, "task_instance": ti},
-            event,
-            kickoff_id=KICKOFF_ID,
-            crew_task_id=TASK_ID,
-            round_number=1,
+    ti = FakeTI("review.round_3")
+    record = {"state": "SUCCESS", "result": "done"}
+    with pytest.raises(AirflowSkipException, match="finished"):
+        round_operator(3).execute_complete(context(ti), crew_event(record, status="succeeded"))
+    assert ti.xcom["status"] == record
+
+
+@needs_3_1
+def test_a_failed_execution_fails_the_round():
+    from airflow_provider_crew.exceptions import CrewExecutionFailedError
+
+    with pytest.raises(CrewExecutionFailedError, match="boom"):
+        round_operator().execute_complete(
+            context(FakeTI()), crew_event({"state": "FAILED", "error": "boom"}, status="failed")
         )
-    return hook, deferred.value
 
 
-def _ti_in_round_one() -> FakeTI:
-    ti = FakeTI()
-    ti.xcom[XCOM_REVIEW_HISTORY] = []
-    ti.xcom[XCOM_REVIEW_REQUEST] = {
-        "round": 1,
-        "output": OUTPUT,
-        "crew_task_id": TASK_ID,
-        "kickoff_id": KICKOFF_ID,
-        "subject": "Review crew task draft_task",
-        "body": "body",
-    }
-    ti.other[("kickoff", "webhooks")] = {
-        "kickoff_id": KICKOFF_ID,
-        "task_webhook_url": "https://h.test/task",
-        "step_webhook_url": "https://h.test/step",
-        "crew_webhook_url": None,
+# -- a round: the answer, against the local crew service -------------------------------------------
+
+
+@pytest.fixture
+def paused_execution(crew_service, crew_connection, crew_webhooks):
+    """A real execution of the review crew, paused on draft_task; returns (kickoff_id, status)."""
+    from airflow_provider_crew.models import HumanInputWebhook
+
+    hook = CrewHook(crew_conn_id=crew_connection)
+    webhook = HumanInputWebhook.model_validate(
+        {"url": crew_webhooks.url_for("human"), "authentication": {"strategy": "bearer", "token": "t0ken"}}
+    )
+    kickoff_id = hook.kickoff(
+        {"topic": "AI"},
+        human_input_webhook=webhook,
+        task_webhook_url=crew_webhooks.url_for("task"),
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)
+    return kickoff_id, hook.get_status(kickoff_id)
+
+
+def ti_asked(kickoff_id: str, status: CrewStatus, number: int = 1) -> FakeTI:
+    ti = FakeTI(f"round_{number}")
+    ti.xcom["review_request"] = {
+        "round": number,
+        "kickoff_id": kickoff_id,
+        "crew_task_id": status.paused_task_id,
+        "crew_task": "draft_task",
+        "output": status.paused_task_output,
     }
     return ti
 
 
-@needs_3_1
-def test_request_changes_resumes_with_feedback_and_webhooks_then_waits_for_the_next_pause():
-    ti = _ti_in_round_one()
-    op = operator(kickoff_task_id="kickoff", crew_webhook_url="https://h.test/crew")
-    hook, deferred = _review_step(op, ti, answer("Request changes", "  Add numbers  "))
+def review(op, ti, event, kickoff_id, status):
+    return op.execute_review(context(ti), event, kickoff_id=kickoff_id, crew_task_id=status.paused_task_id)
 
-    hook.resume.assert_called_once_with(
-        KICKOFF_ID,
-        TASK_ID,
-        "Add numbers",
-        False,
-        task_webhook_url="https://h.test/task",
-        step_webhook_url="https://h.test/step",
-        crew_webhook_url="https://h.test/crew",
-    )
-    assert deferred.method_name == "execute_complete"
-    assert deferred.trigger.wait_for == "human_input"
-    (entry,) = ti.xcom[XCOM_REVIEW_HISTORY]
-    assert entry == {
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_request_changes_sends_the_feedback_and_ends_the_round(crew_service, paused_execution):
+    kickoff_id, status = paused_execution
+    ti = ti_asked(kickoff_id, status)
+    ti.other[("kickoff", "webhooks")] = {"kickoff_id": kickoff_id, "task_webhook_url": "https://h.test/task"}
+    op = round_operator(kickoff_id=kickoff_id, kickoff_task_id="kickoff")
+    record = review(op, ti, answer("Request changes", "Shorter"), kickoff_id, status)
+
+    assert record | {"responded_at": None} == {
         "round": 1,
-        "crew_task_id": TASK_ID,
-        "output": OUTPUT,
-        "is_approve": False,
+        "crew_task_id": status.paused_task_id,
+        "crew_task": "draft_task",
+        "output": status.paused_task_output,
         "answer": "Request changes",
-        "feedback": "Add numbers",
+        "is_approve": False,
+        "feedback": "Shorter",
         "responded_by": {"id": "ana", "name": "Ana"},
-        "responded_at": "2026-01-01T00:00:00+00:00",
+        "responded_at": None,
         "timed_out": False,
         "applied": True,
         "resume_status": "retrying",
-        "resume_message": "ok",
+        "resume_message": record["resume_message"],
     }
+    execution = crew_service.executions[kickoff_id]
+    assert [(f["is_approve"], f["feedback"]) for f in execution["feedback"]] == [(False, "Shorter")]
+    # The kickoff's webhook addresses were sent again with the resume (the service forgets them).
+    assert crew_service.execution(kickoff_id)["webhooks"]["task"] == "https://h.test/task"
+    # The round ended without deferring again: the next round waits for the redone draft.
+    after = CrewHook(crew_conn_id="crew_default").get_status(kickoff_id)
+    assert (after.state.value, after.paused_task_output) != ("PAUSED", status.paused_task_output)
 
 
 @needs_3_1
-def test_approve_without_text_sends_a_plain_approval():
-    ti = _ti_in_round_one()
-    resume = ResumeResult.model_validate({"status": "resumed", "message": "ok"})
-    hook, _ = _review_step(operator(kickoff_task_id="kickoff"), ti, answer("Approve"), resume)
-    assert hook.resume.call_args.args[2:] == ("Approved.", True)
-    assert ti.xcom[XCOM_REVIEW_HISTORY][0]["resume_status"] == "resumed"
-
-
-@needs_3_1
-def test_time_out_default_approval_says_so():
-    ti = _ti_in_round_one()
-    op = operator(response_timeout=timedelta(minutes=5), approve_on_timeout=True)
-    hook, _ = _review_step(op, ti, answer("Approve", "", timedout=True))
-    assert hook.resume.call_args.args[2] == "Approved automatically: no answer within 0:05:00."
-    assert ti.xcom[XCOM_REVIEW_HISTORY][0]["timed_out"] is True
-    assert ti.xcom[XCOM_REVIEW_HISTORY][0]["responded_by"] is None
-
-
-@needs_3_1
-def test_request_changes_without_feedback_is_not_sent_and_asked_again(parked):
-    ti = _ti_in_round_one()
-    hook = mock.Mock()
-    with (
-        mock.patch.object(human_review, "CrewHook", return_value=hook),
-        pytest.raises(park_exception()) as waiting,
-    ):
-        operator().execute_review(
-            {"ti": ti, "task_instance": ti},
-            answer("Request changes", "   "),
-            kickoff_id=KICKOFF_ID,
-            crew_task_id=TASK_ID,
-            round_number=1,
-        )
-    hook.resume.assert_not_called()
-    (entry,) = ti.xcom[XCOM_REVIEW_HISTORY]
-    assert entry["applied"] is False and "without feedback" in entry["note"]
-    assert len(parked) == 1  # the request is re-opened (its previous answer cleared)
-    assert ti.xcom[XCOM_REVIEW_REQUEST]["round"] == 2
-    assert waiting.value.kwargs["round_number"] == 2
-
-
-@needs_3_1
-def test_answer_the_crew_no_longer_waits_for_is_recorded_and_the_execution_followed():
-    ti = _ti_in_round_one()
-    hook = mock.Mock()
-    hook.resume.side_effect = CrewBadRequestError(
-        "not paused", endpoint="POST /resume", status_code=400, service_message="Execution is RUNNING"
+@pytest.mark.crew_service("review")
+def test_approve_without_text_sends_a_plain_approval(crew_service, paused_execution):
+    kickoff_id, status = paused_execution
+    record = review(
+        round_operator(kickoff_id=kickoff_id),
+        ti_asked(kickoff_id, status),
+        answer("Approve"),
+        kickoff_id,
+        status,
     )
-    from airflow.providers.common.compat.sdk import TaskDeferred
-
-    with mock.patch.object(human_review, "CrewHook", return_value=hook), pytest.raises(TaskDeferred):
-        operator().execute_review(
-            {"ti": ti, "task_instance": ti},
-            answer("Approve"),
-            kickoff_id=KICKOFF_ID,
-            crew_task_id=TASK_ID,
-            round_number=1,
-        )
-    (entry,) = ti.xcom[XCOM_REVIEW_HISTORY]
-    assert entry["applied"] is False and "Execution is RUNNING" in entry["note"]
+    assert (record["applied"], record["feedback"], record["resume_status"]) == (True, "Approved.", "resumed")
+    assert crew_service.executions[kickoff_id]["feedback"][0]["feedback"] == "Approved."
 
 
 @needs_3_1
-def test_no_answer_in_time_fails_and_says_the_crew_is_still_paused():
-    ti = _ti_in_round_one()
-    with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input"):
-        operator(response_timeout=timedelta(minutes=1)).execute_review(
-            {"ti": ti, "task_instance": ti},
-            {"error": "timeout", "error_type": "timeout"},
+@pytest.mark.crew_service("review")
+def test_request_changes_without_feedback_is_not_sent(crew_service, paused_execution):
+    kickoff_id, status = paused_execution
+    record = review(
+        round_operator(kickoff_id=kickoff_id),
+        ti_asked(kickoff_id, status),
+        answer("Request changes", "  "),
+        kickoff_id,
+        status,
+    )
+    assert record["applied"] is False
+    assert "without feedback, so nothing was sent" in record["note"]
+    assert crew_service.executions[kickoff_id]["feedback"] == []
+    assert crew_service.executions[kickoff_id]["state"] == "PAUSED"
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_changes_in_the_last_round_leave_the_execution_paused_and_say_how_to_go_on(
+    crew_service, paused_execution
+):
+    from airflow_provider_crew.operators.human_review import CrewReviewRoundsExhaustedError
+
+    kickoff_id, status = paused_execution
+    with pytest.raises(CrewReviewRoundsExhaustedError, match=r"All 3 review rounds.*raise max_rounds"):
+        review(
+            round_operator(3, kickoff_id=kickoff_id),
+            ti_asked(kickoff_id, status, 3),
+            answer("Request changes", "More"),
+            kickoff_id,
+            status,
+        )
+    assert crew_service.executions[kickoff_id]["state"] == "PAUSED"
+    assert crew_service.executions[kickoff_id]["feedback"] == []
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_an_answer_to_an_output_the_execution_no_longer_shows_is_not_applied(crew_service, paused_execution):
+    kickoff_id, status = paused_execution
+    hook = CrewHook(crew_conn_id="crew_default")
+    hook.resume(kickoff_id, status.paused_task_id, "Done elsewhere", True)  # someone else answered
+    ti = ti_asked(kickoff_id, status)
+    record = review(
+        round_operator(kickoff_id=kickoff_id), ti, answer("Request changes", "Shorter"), kickoff_id, status
+    )
+    assert record["applied"] is False and "moved on before the answer arrived" in record["note"]
+    assert [f["feedback"] for f in crew_service.executions[kickoff_id]["feedback"]] == ["Done elsewhere"]
+
+
+@needs_3_1
+def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused():
+    from airflow_provider_crew._compat import AirflowFailException
+    from airflow_provider_crew.operators.human_review import CrewReviewTimeoutError
+
+    op = round_operator(response_timeout=timedelta(minutes=1))
+    with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input") as error:
+        op.execute_review(
+            context(FakeTI()),
+            {"error": "t", "error_type": "timeout"},
             kickoff_id=KICKOFF_ID,
             crew_task_id=TASK_ID,
-            round_number=1,
         )
+    assert isinstance(error.value, AirflowFailException)
 
 
 @needs_3_1
 @pytest.mark.parametrize("event", [None, {"chosen_options": ["Maybe"]}, {"chosen_options": []}])
 def test_malformed_answers_fail_clearly(event):
-    ti = _ti_in_round_one()
-    with pytest.raises(CrewError):
-        operator().execute_review(
-            {"ti": ti, "task_instance": ti},
-            event,
-            kickoff_id=KICKOFF_ID,
-            crew_task_id=TASK_ID,
-            round_number=1,
-        )
+    with pytest.raises(CrewError, match=r"human-in-the-loop event|exactly one of"):
+        round_operator().execute_review(context(FakeTI()), event, kickoff_id=KICKOFF_ID, crew_task_id=TASK_ID)
+
+
+# -- the result -------------------------------------------------------------------------------------
+
+
+def result_operator():
+    from airflow_provider_crew.operators.human_review import CrewReviewResultOperator
+
+    return CrewReviewResultOperator(task_id="result", kickoff_id=KICKOFF_ID, round_task_ids=ROUNDS)
 
 
 @needs_3_1
-def test_stale_pause_right_after_resume_is_polled_past(monkeypatch):
-    ti = _ti_in_round_one()
-    monkeypatch.setattr(human_review.time, "sleep", lambda s: None)
-    hook = mock.Mock()
-    hook.resume.return_value = ResumeResult.model_validate({"status": "retrying", "message": "ok"})
-    hook.get_status.side_effect = [
-        CrewStatus.from_response(paused_record()),  # still the answered pause
-        CrewStatus.from_response({"state": "RUNNING"}),
-    ]
-    from airflow.providers.common.compat.sdk import TaskDeferred
-
-    with mock.patch.object(human_review, "CrewHook", return_value=hook), pytest.raises(TaskDeferred):
-        operator().execute_review(
-            {"ti": ti, "task_instance": ti},
-            answer("Request changes", "x"),
-            kickoff_id=KICKOFF_ID,
-            crew_task_id=TASK_ID,
-            round_number=1,
-        )
-    assert hook.get_status.call_count == 2
+def test_result_returns_the_output_with_every_rounds_record(crew_connection):
+    ti = FakeTI("review.result")
+    rounds = [{"round": 1, "answer": "Approve", "applied": True}]
+    ti.other[("review.round_1", "return_value")] = rounds[0]
+    out = result_operator()._finish(context(ti), KICKOFF_ID, _result({"state": "SUCCESS", "result": "final"}))
+    assert out == "final" and ti.xcom["output"] == "final"
+    with mock.patch.object(
+        result_operator().__class__,
+        "_wait",
+        side_effect=lambda *a, **k: _result({"state": "SUCCESS", "result": "final"}),
+    ):
+        assert result_operator().execute(context(ti)) == "final"
+    assert ti.xcom["review_history"] == rounds
 
 
 @needs_3_1
-def test_completion_returns_the_final_output():
-    ti = _ti_in_round_one()
-    ti.xcom[XCOM_REVIEW_HISTORY] = [{"round": 1}]
-    record = {"state": "SUCCESS", "result": "The published article"}
-    assert (
-        operator().execute_complete({"ti": ti}, crew_event(record, status="succeeded"))
-        == "The published article"
-    )
-    assert ti.xcom["output"] == "The published article"
+def test_result_fails_when_the_crew_pauses_again_after_the_last_round():
+    from airflow_provider_crew.operators.human_review import CrewReviewRoundsExhaustedError
+
+    with pytest.raises(CrewReviewRoundsExhaustedError, match=r"after all 3 review rounds.*stays paused"):
+        result_operator()._finish(context(FakeTI("review.result")), KICKOFF_ID, _result(paused_record()))
 
 
-@needs_3_1
-def test_a_failed_execution_fails_the_task():
-    from airflow_provider_crew.exceptions import CrewExecutionFailedError
+def _result(record: dict):
+    from airflow_provider_crew.waiting import CrewWaitEvent
 
-    ti = _ti_in_round_one()
-    with pytest.raises(CrewExecutionFailedError, match="boom"):
-        operator().execute_complete(
-            {"ti": ti}, crew_event({"state": "FAILED", "error": "boom"}, status="failed")
-        )
-
-
-@needs_3_1
-def test_before_3_3_the_answer_is_awaited_by_hitl_trigger(parked, monkeypatch):
-    # Airflow 3.1-3.2 have no awaiting_input state: the HITL operators defer to HITLTrigger there.
-    from airflow.providers.common.compat.sdk import TaskDeferred
-    from airflow.providers.standard.triggers.hitl import HITLTrigger
-
-    monkeypatch.setattr(human_review, "AIRFLOW_V_3_3_PLUS", False)
-    ti = FakeTI()
-    op = operator(response_timeout=timedelta(minutes=10), approve_on_timeout=True)
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute_complete({"ti": ti, "task_instance": ti}, crew_event(paused_record()))
-    trigger = deferred.value.trigger
-    assert isinstance(trigger, HITLTrigger)
-    assert trigger.ti_id == ti.id and trigger.options == ["Approve", "Request changes"]
-    assert trigger.defaults == ["Approve"] and trigger.timeout_datetime is not None
-    assert deferred.value.method_name == "execute_review"
-    assert deferred.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID, "round_number": 1}
+    outcome = {"PAUSED": "paused", "SUCCESS": "succeeded"}[record["state"]]
+    return CrewWaitEvent.parse(crew_event(record, status=outcome)).to_result()
