@@ -1,7 +1,7 @@
 """The crew execution service's contract as data: request bodies, responses, the status record.
 
-No Airflow import here: the models describe the HTTP contract (``shared/spec``) and the variants
-that deployed services answer with (``field-notes.md``); the hook is the only user that sends them.
+No Airflow import here: the models describe the HTTP contract and the variants that deployed
+services answer with (both in docs/contract.md); the hook is the only user that sends them.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ class CrewStatus(BaseModel):
 
     @classmethod
     def from_response(cls, record: Any) -> CrewStatus:
-        """Parse any observed status record (see field notes: 'reading rule that works across versions')."""
+        """Parse any observed status record (docs/contract.md, "Status record: how it is read")."""
         if not isinstance(record, Mapping):
             raise ValueError(f"status response is not a JSON object: {record!r}")
         raw_state = record.get("state")
@@ -418,7 +418,7 @@ def _shorten(text: str, limit: int) -> str:
 
 
 class ServiceError(BaseModel):
-    """What an error response said, in whatever shape it came (field notes: Errors)."""
+    """What an error response said, in whatever shape it came (docs/contract.md, "Errors")."""
 
     error: str | None = None
     message: str | None = None

@@ -2,16 +2,18 @@
 approves, the crew finishes.
 
 kickoff (returns at the pause) -> request changes (waits for the next pause) -> approve (waits for
-completion) -> publish. Here the "reviewer" is DAG code; CrewHumanReviewOperator puts a person in
-the Airflow UI instead.
+completion) -> publish. Here the "reviewer" is two scripted tasks of this DAG, ``request_changes``
+and ``approve``; CrewHumanReviewOperator (example_crew_review_in_airflow) puts a person in the
+Airflow UI instead.
 
 Connections:
 - ``crew_review``: the crew (host = base URL, password = bearer token).
 - ``crew_review_webhook``: where the service announces the pause (host = URL) and the credential
-  it must send there (password = bearer token; or login + password for basic auth). Tasks that
-  require human input only pause when such a webhook is given.
+  it must send there (password = bearer token; or login + password for basic auth). Any connection
+  type works; ``generic`` is built into Airflow. Tasks that require human input only pause when
+  such a webhook is given.
 Set ``CREW_EXAMPLE_WEBHOOK_BASE`` to also receive task, step and crew notifications; the resume
-tasks carry those addresses over (the service forgets them at resume, contract rule 4.2).
+tasks carry those addresses over (the service forgets them at resume; docs/contract.md).
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ from airflow.sdk import DAG, XComArg, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
 
-WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")
+# [START howto_operator_crew_kickoff_webhooks]
+WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")  # e.g. https://hooks.example.com/crew
 NOTIFICATIONS = (
     {
-        kind: f"{WEBHOOK_BASE}/{kind.split('_')[0]}"
+        kind: f"{WEBHOOK_BASE}/{kind.split('_')[0]}"  # .../task, .../step, .../crew
         for kind in ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
     }
     if WEBHOOK_BASE
     else {}
 )
+# [END howto_operator_crew_kickoff_webhooks]
 
 with DAG(
     dag_id="example_crew_human_review",
@@ -41,6 +45,7 @@ with DAG(
     params={"topic": "data contracts", "feedback": "Add a section on schema evolution."},
     tags=["example", "crew", "human-review"],
 ) as dag:
+    # [START howto_operator_crew_kickoff_human_input]
     kickoff = CrewKickoffOperator(
         task_id="kickoff",
         crew_conn_id="crew_review",
@@ -50,11 +55,14 @@ with DAG(
         poll_interval=1,
         **NOTIFICATIONS,
     )
+    # [END howto_operator_crew_kickoff_human_input]
 
+    # The reviewer here is two scripted tasks: request_changes, then approve.
+    # [START howto_operator_crew_resume]
     request_changes = CrewResumeOperator(
         task_id="request_changes",
         crew_conn_id="crew_review",
-        execution_id=kickoff.output,
+        kickoff_id=kickoff.output,
         crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
         human_feedback="{{ params.feedback }}",
         is_approve=False,
@@ -65,13 +73,14 @@ with DAG(
     approve = CrewResumeOperator(
         task_id="approve",
         crew_conn_id="crew_review",
-        execution_id=kickoff.output,
+        kickoff_id=kickoff.output,
         crew_task_id="{{ ti.xcom_pull(task_ids='request_changes', key='human_input')['task_id'] }}",
         human_feedback="Approved, publish it.",
         is_approve=True,
         wait_for="completion",
         poll_interval=1,
     )
+    # [END howto_operator_crew_resume]
 
     @task
     def publish(first_draft: dict, second_draft: dict, final_output: str) -> str:

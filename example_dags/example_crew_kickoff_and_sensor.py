@@ -6,6 +6,7 @@ Connection ``crew_default``: host = the crew's base URL, password = its bearer t
 
 from __future__ import annotations
 
+# [START howto_crew_quickstart]
 import pendulum
 from airflow.sdk import DAG, task
 
@@ -20,13 +21,16 @@ with DAG(
     params={"topic": "tidal energy", "current_year": "2026"},
     tags=["example", "crew"],
 ) as dag:
+    # [START howto_operator_crew_kickoff]
     kickoff = CrewKickoffOperator(
         task_id="kickoff",
         crew_conn_id="crew_default",
         inputs={"topic": "{{ params.topic }}", "current_year": "{{ params.current_year }}"},
         wait_for_completion=False,  # the sensor below waits
     )
+    # [END howto_operator_crew_kickoff]
 
+    # [START howto_sensor_crew_status]
     wait = CrewStatusSensor(
         task_id="wait_for_crew",
         crew_conn_id="crew_default",
@@ -34,6 +38,7 @@ with DAG(
         poke_interval=1,
         timeout=600,
     )
+    # [END howto_sensor_crew_status]
 
     @task
     def report(output: str) -> str:
@@ -41,6 +46,7 @@ with DAG(
         return output
 
     report(wait.output)
+# [END howto_crew_quickstart]
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ with DAG(
     catchup=False,
     tags=["example", "crew"],
 ) as dag:
+    # [START howto_operator_crew_kickoff_mapped]
     research = CrewKickoffOperator.partial(
         task_id="research",
         crew_conn_id="crew_default",
@@ -30,6 +31,7 @@ with DAG(
         return collected
 
     collect(XComArg(research, key="output"))
+    # [END howto_operator_crew_kickoff_mapped]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from airflow_provider_crew.operators.crew import CrewKickoffOperator
     tags=["example", "crew"],
 )
 def example_crew_taskflow():
+    # [START howto_operator_crew_kickoff_taskflow]
     @task
     def choose_inputs() -> dict[str, str]:
         return {"company": "Acme Heat Pumps", "quarter": "Q3"}
@@ -34,6 +35,7 @@ def example_crew_taskflow():
         return summary
 
     summarise(XComArg(analysis, key="output"))
+    # [END howto_operator_crew_kickoff_taskflow]
 
 
 example_crew_taskflow_dag = example_crew_taskflow()

@@ -1,4 +1,4 @@
-"""Every status shape in the field notes parses to one normalised state and output."""
+"""Every status shape of docs/contract.md ("Status record: how it is read") parses to one state and output."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, def
     # The service notified the human-input webhook twice, with the bearer token from the connection.
     human = receiver.wait_for_count("human", 2, timeout=10)
     assert {r.authorization for r in human} == {f"Bearer {HUMAN_WEBHOOK_TOKEN}"}
-    # Contract rule 4.2: webhooks are forgotten at resume unless re-supplied. The resume tasks carried
+    # docs/contract.md: webhooks are forgotten at resume unless re-supplied. The resume tasks carried
     # them over, so the task after the last resume and the crew completion were still notified.
     tasks_after_approval = receiver.wait_for(
         lambda got: [r for r in got if r.kind == "task" and r.json.get("name") == "publish_task"], timeout=10

@@ -1,0 +1,423 @@
+"""Reference tables of the provider's operators, sensors and triggers, generated from the code.
+
+Each table row comes from the class itself: the ``__init__`` signatures along the class's own
+bases (name, type annotation, default), ``template_fields`` (templated or not) and the
+docstring's ``:param name:`` lines (meaning). What a task pushes to XCom comes from the
+docstring's ``:xcom key:`` lines. Nothing is written twice.
+
+Used three ways:
+
+- the Sphinx directive ``.. crew-reference:: dotted.path.Class`` (how-to and reference pages);
+  the module also adds ``.. exampleinclude::``, a ``literalinclude`` of example DAG code that
+  drops the marker lines of snippets nested in the included part;
+- an ``autodoc-process-docstring`` hook, so the API reference shows the same tables;
+- ``scripts/reference_tables.py``, which writes the README's parameter section from it.
+
+Importing this module does not import Sphinx.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+import textwrap
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+PACKAGE = "airflow_provider_crew"
+# The subpackages whose public classes users put in DAGs (operators, sensors) or meet in the
+# triggerer (triggers).
+SUBPACKAGES = ("operators", "sensors", "triggers")
+
+# Defaults that are computed when the module is imported: show where they come from, not the
+# value the documentation build happened to see.
+COMPUTED_DEFAULTS = {
+    "default_deferrable()": "``[operators] default_deferrable`` (False unless set)",
+}
+REQUIRED = "required"
+
+_FIELD = re.compile(r"^:(?P<kind>param|xcom)\s+(?P<name>\w+):\s*(?P<text>.*)$")
+_MARKER = re.compile(r"^\s*# \[(START|END) howto_\w+\]\s*$")
+
+
+@dataclass
+class Parameter:
+    """One row of a parameter table."""
+
+    name: str
+    type: str
+    default: str
+    templated: bool | None  # None: the class has no templating (triggers, functions)
+    description: str
+
+
+@dataclass
+class Reference:
+    """Everything the tables of one class (or task-group function) show."""
+
+    path: str  # dotted path, e.g. airflow_provider_crew.operators.crew.CrewKickoffOperator
+    kind: str  # "operator", "sensor", "trigger" or "function"
+    summary: str  # the docstring's first paragraph
+    parameters: list[Parameter]
+    xcom: dict[str, str] = field(default_factory=dict)
+    undocumented: list[str] = field(default_factory=list)  # in the signature, no :param line
+    unknown: list[str] = field(default_factory=list)  # a :param line without such a parameter
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[1]
+
+
+# -- reading the code ---------------------------------------------------------------------------
+
+
+def import_object(path: str) -> Any:
+    module_name, _, attribute = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+# Modules that do not import on the running Airflow version, with the reason; their classes are
+# missing from public_classes() (the documentation site is built on the newest Airflow).
+UNIMPORTABLE: dict[str, str] = {}
+
+
+def public_classes() -> list[type]:
+    """Every public operator, sensor and trigger class the provider defines, in a stable order."""
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_provider_crew._compat import BaseOperator
+
+    found: list[type] = []
+    for subpackage in SUBPACKAGES:
+        package = importlib.import_module(f"{PACKAGE}.{subpackage}")
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+            if info.name.startswith("_"):
+                continue
+            try:
+                module = importlib.import_module(f"{package.__name__}.{info.name}")
+            except Exception as error:  # a feature this Airflow version lacks (HITL before 3.1)
+                optional = "OptionalProviderFeature" in type(error).__name__
+                if not (isinstance(error, ImportError) or optional):
+                    raise
+                UNIMPORTABLE[f"{package.__name__}.{info.name}"] = str(error)
+                continue
+            # vars(), not getattr(): a module-level __getattr__ may serve deprecated names.
+            for name, value in sorted(vars(module).items()):
+                if (
+                    inspect.isclass(value)
+                    and not name.startswith("_")
+                    and value.__module__ == module.__name__
+                    and issubclass(value, (BaseOperator, BaseTrigger))
+                ):
+                    found.append(value)
+    return found
+
+
+def kind_of(obj: Any) -> str:
+    if not inspect.isclass(obj):
+        return "function"
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_provider_crew._compat import BaseSensorOperator
+
+    if issubclass(obj, BaseTrigger):
+        return "trigger"
+    if issubclass(obj, BaseSensorOperator):
+        return "sensor"
+    return "operator"
+
+
+def docstring_fields(doc: str | None) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The docstring's prose, its ``:param`` texts and its ``:xcom`` texts (continuations joined)."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    prose: list[str] = []
+    fields: dict[str, dict[str, str]] = {"param": {}, "xcom": {}}
+    current: tuple[str, str] | None = None
+    for line in lines:
+        match = _FIELD.match(line)
+        if match:
+            current = (match["kind"], match["name"])
+            fields[current[0]][current[1]] = match["text"].strip()
+        elif current and line.startswith((" ", "\t")) and line.strip():
+            kind, name = current
+            fields[kind][name] = f"{fields[kind][name]} {line.strip()}".strip()
+        elif current and not line.strip():
+            current = None
+        elif current is None or line.strip():
+            current = None
+            prose.append(line)
+    return "\n".join(prose).strip(), fields["param"], fields["xcom"]
+
+
+def _own_functions(obj: Any) -> list[Any]:
+    """The ``__init__`` of the class and of each of its bases defined in this provider, leaf first."""
+    if not inspect.isclass(obj):
+        return [obj]
+    functions = []
+    for klass in obj.__mro__:
+        if not klass.__module__.startswith(PACKAGE) or "__init__" not in vars(klass):
+            continue
+        functions.append(inspect.unwrap(vars(klass)["__init__"]))
+    return functions
+
+
+def _default_sources(function: Any) -> dict[str, str]:
+    """The source text of each default in ``function``'s signature, e.g. ``default_deferrable()``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    definition = next(
+        node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+    arguments = definition.args
+    sources: dict[str, str] = {}
+    positional = arguments.posonlyargs + arguments.args
+    if arguments.defaults:
+        with_defaults = positional[-len(arguments.defaults) :]
+        for argument, default in zip(with_defaults, arguments.defaults, strict=True):
+            sources[argument.arg] = ast.unparse(default)
+    for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+        if default is not None:
+            sources[argument.arg] = ast.unparse(default)
+    return sources
+
+
+def format_default(value: Any, source: str | None) -> str:
+    if source in COMPUTED_DEFAULTS:
+        return COMPUTED_DEFAULTS[source]
+    if isinstance(value, timedelta):
+        total = value.total_seconds()
+        hours = total / 3600
+        return f"``{total:g}`` s ({hours:g} h)" if hours >= 1 else f"``{total:g}`` s"
+    return f"``{value!r}``"
+
+
+def format_type(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty:
+        return ""
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    return f"``{text}``"
+
+
+def reference(obj_or_path: Any) -> Reference:
+    """Read one operator, sensor, trigger or task-group function's reference from its code."""
+    obj = import_object(obj_or_path) if isinstance(obj_or_path, str) else obj_or_path
+    path = f"{obj.__module__}.{obj.__qualname__}"
+    summary, param_texts, xcom = docstring_fields(obj.__doc__)
+    summary = summary.split("\n\n", 1)[0].replace("\n", " ")
+    templated_fields = set(getattr(obj, "template_fields", ()) or ()) if inspect.isclass(obj) else None
+    parameters: list[Parameter] = []
+    seen: set[str] = set()
+    for function in _own_functions(obj):
+        sources = _default_sources(function)
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.name in ("self", "cls") or parameter.name in seen:
+                continue
+            if parameter.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
+                continue
+            seen.add(parameter.name)
+            description = param_texts.get(parameter.name, "")
+            if parameter.default is inspect.Parameter.empty or description.startswith("Required."):
+                default = REQUIRED
+            else:
+                default = format_default(parameter.default, sources.get(parameter.name))
+            parameters.append(
+                Parameter(
+                    name=parameter.name,
+                    type=format_type(parameter.annotation),
+                    default=default,
+                    templated=None if templated_fields is None else parameter.name in templated_fields,
+                    description=description.removeprefix("Required.").strip(),
+                )
+            )
+    # Airflow's own arguments (task_id, retries, timeout...) are documented by Airflow.
+    documented_elsewhere = {"kwargs", "task_id"}
+    return Reference(
+        path=path,
+        kind=kind_of(obj),
+        summary=summary,
+        parameters=parameters,
+        xcom=xcom,
+        undocumented=[p.name for p in parameters if not p.description],
+        unknown=[name for name in param_texts if name not in seen and name not in documented_elsewhere],
+    )
+
+
+AIRFLOW_ARGUMENTS = {
+    "operator": "It also takes the arguments of every Airflow operator (``task_id``, ``retries``, "
+    "``pool``, ...).",
+    "sensor": "It also takes the arguments of every Airflow sensor (``task_id``, ``timeout``, "
+    "``mode``, ``soft_fail``, ``exponential_backoff``, ...).",
+    "trigger": "Operators create it; DAG code does not. Every argument is a JSON value and none is a "
+    "secret, so it survives a triggerer restart.",
+    "function": "",
+}
+NO_XCOM = {
+    "trigger": "A trigger pushes no XCom: it fires one event, which the deferred task's "
+    "``execute_complete`` reads.",
+}
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()) or "\\-"
+
+
+def _templated(value: bool | None) -> str:
+    return "yes" if value else "no"
+
+
+def rst_lines(ref: Reference, *, heading_level: str | None = None) -> list[str]:
+    """reST for one reference: a parameter table and an XCom table (``list-table``)."""
+    lines: list[str] = []
+    if heading_level:
+        title = f"{ref.name}"
+        lines += [title, heading_level * len(title), ""]
+    has_templating = any(p.templated is not None for p in ref.parameters)
+    columns = ["Parameter", "Type", "Default", *(["Templated"] if has_templating else []), "Meaning"]
+    widths = ["19", "14", "13", *(["11"] if has_templating else []), "43"]
+    lines += [
+        f".. list-table:: Parameters of ``{ref.name}``",
+        "   :header-rows: 1",
+        "   :class: crew-reference",
+        f"   :widths: {' '.join(widths)}",
+        "",
+        *(f"   {'*' if i == 0 else ' '} - {column}" for i, column in enumerate(columns)),
+    ]
+    for parameter in ref.parameters:
+        cells = [f"``{parameter.name}``", parameter.type, parameter.default]
+        if has_templating:
+            cells.append(_templated(parameter.templated))
+        cells.append(parameter.description)
+        lines += [f"   {'*' if i == 0 else ' '} - {_cell(cell)}" for i, cell in enumerate(cells)]
+    lines.append("")
+    if AIRFLOW_ARGUMENTS[ref.kind]:
+        lines += [AIRFLOW_ARGUMENTS[ref.kind], ""]
+    if ref.xcom:
+        lines += [
+            f".. list-table:: XCom pushed by ``{ref.name}``",
+            "   :header-rows: 1",
+            "   :class: crew-reference",
+            "   :widths: 22 78",
+            "",
+            "   * - Key",
+            "     - Value",
+        ]
+        for key, text in ref.xcom.items():
+            lines += [f"   * - ``{key}``", f"     - {_cell(text)}"]
+        lines.append("")
+    elif ref.kind in NO_XCOM:
+        lines += [NO_XCOM[ref.kind], ""]
+    return lines
+
+
+def _markdown_text(text: str) -> str:
+    role = r":(?:class|func|meth|attr|mod|ref|doc):`~?([^`]+)`"
+    text = re.sub(role, lambda match: f"`{match[1].split('.')[-1]}`", text)
+    text = text.replace("``", "`")
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def markdown(ref: Reference) -> str:
+    """GitHub Markdown for one reference (for the README)."""
+    has_templating = any(p.templated is not None for p in ref.parameters)
+    header = ["Parameter", "Type", "Default", *(["Templated"] if has_templating else []), "Meaning"]
+    rows = [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for parameter in ref.parameters:
+        cells = [f"`{parameter.name}`", parameter.type, parameter.default]
+        if has_templating:
+            cells.append(_templated(parameter.templated))
+        cells.append(parameter.description)
+        rows.append("| " + " | ".join(_markdown_text(cell) or "-" for cell in cells) + " |")
+    parts = [f"**{ref.name}**: {_markdown_text(ref.summary)}", "", *rows, ""]
+    if AIRFLOW_ARGUMENTS[ref.kind]:
+        parts += [_markdown_text(AIRFLOW_ARGUMENTS[ref.kind]), ""]
+    if ref.xcom:
+        parts += ["| XCom key | Value |", "|---|---|"]
+        parts += [f"| `{key}` | {_markdown_text(text)} |" for key, text in ref.xcom.items()]
+        parts.append("")
+    elif ref.kind in NO_XCOM:
+        parts += [_markdown_text(NO_XCOM[ref.kind]), ""]
+    return "\n".join(parts)
+
+
+def readme_section() -> str:
+    """The README's generated reference: one collapsible block per class."""
+    blocks = []
+    for klass in public_classes():
+        ref = reference(klass)
+        blocks.append(
+            f"<details><summary><code>{ref.name}</code> ({ref.kind}, "
+            f"<code>{ref.path.rsplit('.', 1)[0]}</code>)</summary>\n\n{markdown(ref)}\n</details>\n"
+        )
+    return "\n".join(blocks)
+
+
+# -- Sphinx -------------------------------------------------------------------------------------
+
+
+def setup(app: Any) -> dict[str, Any]:
+    from docutils import nodes
+    from docutils.parsers.rst import directives
+    from docutils.statemachine import StringList
+    from sphinx.directives.code import LiteralInclude
+    from sphinx.util.docutils import SphinxDirective
+    from sphinx.util.nodes import nested_parse_with_titles
+
+    class CrewReferenceDirective(SphinxDirective):
+        """``.. crew-reference:: dotted.path`` renders that class's tables;
+        ``.. crew-reference:: all`` renders every operator, sensor and trigger with a heading."""
+
+        required_arguments = 1
+        option_spec = {"heading": directives.unchanged}
+
+        def run(self) -> list[nodes.Node]:
+            target = self.arguments[0]
+            lines: list[str] = []
+            if target == "all":
+                level = self.options.get("heading") or "-"
+                for klass in public_classes():
+                    ref = reference(klass)
+                    lines += rst_lines(ref, heading_level=level)
+                    lines += [f"API: :class:`{ref.path}`", "", ref.summary, ""]
+            else:
+                lines = rst_lines(reference(target))
+            # A section node, so that the headings of "all" become sections of the page.
+            container = nodes.section()
+            source = StringList(lines, source=f"<crew-reference {target}>")
+            nested_parse_with_titles(self.state, source, container)
+            return container.children
+
+    def process_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+        """In the API reference, show the generated tables in place of the raw field lines."""
+        if what != "class" or not any(obj is klass for klass in public_classes()):
+            return
+        prose, _, _ = docstring_fields("\n".join(lines))
+        lines[:] = [*prose.splitlines(), "", *rst_lines(reference(obj))]
+
+    class ExampleInclude(LiteralInclude):
+        """``literalinclude`` of an example DAG without the ``# [START …]`` / ``# [END …]`` lines
+        of snippets nested in the included part (as Airflow's own ``exampleinclude``)."""
+
+        def run(self) -> list[nodes.Node]:
+            result = super().run()
+            for block in (node for top in result for node in top.findall(nodes.literal_block)):
+                text = "\n".join(line for line in block.astext().splitlines() if not _MARKER.match(line))
+                block.children = [nodes.Text(text)]
+                block.rawsource = text
+            return result
+
+    app.add_directive("crew-reference", CrewReferenceDirective)
+    app.add_directive("exampleinclude", ExampleInclude)
+    app.connect("autodoc-process-docstring", process_docstring)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

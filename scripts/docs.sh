@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Build the documentation site into docs/_build/html with warnings as errors (as CI does), after
+# setting up the environment (scripts/setup.sh) and adding the docs extra (Sphinx, MyST, Furo).
+#   VENV=.venv   the environment to build in
+# Open docs/_build/html/index.html in a browser afterwards. Extra arguments go to sphinx-build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+bash scripts/setup.sh >/dev/null
+"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[docs]"
+# A fresh build every time: an incremental one does not repeat the warnings of unchanged pages.
+rm -rf docs/_build/html docs/_build/doctrees
+"$VENV/bin/sphinx-build" -W --keep-going -q -b html docs docs/_build/html "$@"
+echo "Documentation built: docs/_build/html/index.html"

@@ -1,0 +1,204 @@
+"""The documentation is generated from, or included from, code that runs: every parameter of every
+operator, sensor and trigger is documented; every snippet on the site comes from an example DAG
+between markers; the README's parameter reference is current. (The site's own build, with warnings
+as errors, is ``bash scripts/docs.sh``.)"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+EXAMPLE_DAGS = REPO / "example_dags"
+sys.path.insert(0, str(DOCS / "_ext"))
+
+import crew_reference  # noqa: E402
+
+CLASSES = crew_reference.public_classes()
+
+
+def test_the_reference_finds_the_operators_sensor_and_trigger():
+    names = {klass.__name__ for klass in CLASSES}
+    assert {"CrewKickoffOperator", "CrewResumeOperator", "CrewStatusSensor", "CrewStatusTrigger"} <= names
+
+
+@pytest.mark.parametrize("klass", CLASSES, ids=lambda klass: klass.__name__)
+def test_every_parameter_has_a_param_line_and_every_param_line_a_parameter(klass):
+    ref = crew_reference.reference(klass)
+    assert ref.parameters, f"{ref.name}: no parameters found"
+    assert ref.undocumented == [], f"{ref.name}: add ':param name:' lines for {ref.undocumented}"
+    assert ref.unknown == [], f"{ref.name}: ':param' lines for parameters it does not take: {ref.unknown}"
+
+
+@pytest.mark.parametrize(
+    "klass", [k for k in CLASSES if crew_reference.kind_of(k) != "trigger"], ids=lambda klass: klass.__name__
+)
+def test_every_operator_and_sensor_says_what_it_pushes_to_xcom(klass):
+    ref = crew_reference.reference(klass)
+    assert "return_value" in ref.xcom, f"{ref.name}: add ':xcom return_value:' (and every other key) to its docstring"
+
+
+def test_every_parameter_appears_in_the_generated_tables():
+    readme_section = crew_reference.readme_section()
+    for klass in CLASSES:
+        ref = crew_reference.reference(klass)
+        rst = "\n".join(crew_reference.rst_lines(ref))
+        markdown = crew_reference.markdown(ref)
+        for parameter in ref.parameters:
+            assert f"``{parameter.name}``" in rst, (ref.name, parameter.name)
+            assert f"| `{parameter.name}` |" in markdown, (ref.name, parameter.name)
+        for key in ref.xcom:
+            assert f"``{key}``" in rst and f"| `{key}` |" in markdown, (ref.name, key)
+        assert f"<code>{ref.name}</code>" in readme_section
+
+
+def row(markdown: str, parameter: str) -> list[str]:
+    line = next(line for line in markdown.splitlines() if line.startswith(f"| `{parameter}` |"))
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+
+def test_the_tables_say_what_a_dag_author_must_type():
+    resume = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.operators.crew.CrewResumeOperator"))
+    # name, type, default, templated, meaning
+    assert row(resume, "kickoff_id")[2:4] == ["required", "yes"]
+    assert row(resume, "crew_task_id")[2:4] == ["required", "yes"]
+    assert row(resume, "is_approve")[2:4] == ["required", "yes"]
+    assert row(resume, "wait_for")[2] == "`None`"
+    assert '`"human_input"`' in row(resume, "wait_for")[4] and '`"completion"`' in row(resume, "wait_for")[4]
+    assert row(resume, "execution_id")[4].startswith("Deprecated")
+    assert row(resume, "deferrable")[2].startswith("`[operators] default_deferrable`")
+
+    kickoff = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.operators.crew.CrewKickoffOperator"))
+    for webhook in ("task_webhook_url", "step_webhook_url", "crew_webhook_url"):
+        assert row(kickoff, webhook)[2:4] == ["`None`", "yes"]
+    assert row(kickoff, "timeout")[2] == "`86400` s (24 h)"
+
+    sensor = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.sensors.crew.CrewStatusSensor"))
+    assert row(sensor, "kickoff_id")[2:4] == ["required", "yes"]
+    assert row(sensor, "crew_conn_id")[2:4] == ["`'crew_default'`", "no"]
+
+
+def test_the_readme_parameter_reference_is_current():
+    if crew_reference.UNIMPORTABLE:
+        pytest.skip(f"the README documents every module; on this Airflow some do not import: {crew_reference.UNIMPORTABLE}")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import reference_tables
+
+    readme = (REPO / "README.md").read_text()
+    assert reference_tables.render(readme) == readme, "run: python scripts/reference_tables.py"
+
+
+# -- snippets come from the example DAGs -------------------------------------------------------------
+
+INCLUDE = re.compile(
+    r"^\.\. (?:literalinclude|exampleinclude):: (?P<path>\S+)\n(?P<options>(?:[ \t]+:.*\n)*)", re.MULTILINE
+)
+
+
+def includes() -> list[tuple[Path, Path, dict[str, str]]]:
+    found = []
+    for page in sorted(DOCS.rglob("*.rst")):
+        if "_build" in page.parts:
+            continue
+        for match in INCLUDE.finditer(page.read_text()):
+            options = dict(re.findall(r":([\w-]+):[ \t]*(.*)", match["options"]))
+            found.append((page, (page.parent / match["path"]).resolve(), options))
+    return found
+
+
+def test_every_included_snippet_comes_from_an_example_dag_between_markers():
+    snippets = [(page, path, options) for page, path, options in includes() if "start-after" in options]
+    assert len(snippets) >= 6
+    for page, path, options in snippets:
+        assert path.parent == EXAMPLE_DAGS, f"{page.name} includes {path}, not an example DAG"
+        text = path.read_text()
+        start, end = options["start-after"], options["end-before"]
+        assert re.fullmatch(r"\[START (howto_\w+)\]", start), f"{page.name}: {start!r} is not a [START howto_...] marker"
+        assert end == start.replace("[START", "[END"), f"{page.name}: {start!r} ends at {end!r}"
+        assert text.count(start) == 1 and text.count(end) == 1, f"{path.name}: {start} must appear once"
+        assert text.index(start) < text.index(end)
+
+
+def test_every_marker_in_the_example_dags_is_closed_and_used_on_the_site():
+    used = {options["start-after"] for _, _, options in includes() if "start-after" in options}
+    for dag_file in sorted(EXAMPLE_DAGS.glob("*.py")):
+        text = dag_file.read_text()
+        starts = re.findall(r"# \[START (howto_\w+)\]", text)
+        ends = re.findall(r"# \[END (howto_\w+)\]", text)
+        assert sorted(starts) == sorted(ends), f"{dag_file.name}: unpaired markers"
+        for name in starts:
+            assert f"[START {name}]" in used, f"{dag_file.name}: marker {name} is not shown on any page"
+
+
+def test_every_page_is_in_a_toctree():
+    pages = {
+        page.relative_to(DOCS).with_suffix("").as_posix()
+        for page in [*DOCS.rglob("*.rst"), *DOCS.rglob("*.md")]
+        if not {"_build", "_ext", "_static"} & set(page.parts)
+    }
+    listed: set[str] = set()
+    for page in [*DOCS.rglob("*.rst")]:
+        for block in re.findall(r"\.\. toctree::\n((?:[ \t]+.*\n|\n)*)", page.read_text()):
+            base = page.parent.relative_to(DOCS)
+            for entry in re.findall(r"^[ \t]+([\w./-]+)[ \t]*$", block, re.MULTILINE):
+                listed.add((base / entry).as_posix().removeprefix("./"))
+    assert pages - listed == {"index"}, f"pages in no toctree: {sorted(pages - listed - {'index'})}"
+
+
+# -- the XCom tables list what the tasks really push --------------------------------------------------
+
+
+class RecordingTI:
+    def __init__(self, pulls: dict | None = None) -> None:
+        self.xcom: dict[str, object] = {}
+        self.pulls = pulls or {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key="return_value", **_):
+        return self.pulls.get((task_ids, key))
+
+
+def documented_xcom(path: str) -> set[str]:
+    return set(crew_reference.reference(path).xcom)
+
+
+@pytest.mark.integration
+def test_the_kickoff_and_resume_push_only_documented_xcom_keys(crew_service, crew_webhooks, monkeypatch):
+    import json
+
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HUMAN_HOOK",
+        json.dumps({"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}),
+    )
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff", inputs={"topic": "t", "audience": "a"}, human_input_webhook_conn_id="human_hook",
+        task_webhook_url=crew_webhooks.url_for("task"), deferrable=False, poll_interval=0.1,
+    )
+    kickoff_ti = RecordingTI()
+    kickoff_id = kickoff.execute({"ti": kickoff_ti})
+    paused = kickoff_ti.xcom["human_input"]
+
+    resume = CrewResumeOperator(
+        task_id="approve", kickoff_id=kickoff_id, kickoff_task_id="kickoff", crew_task_id=paused["task_id"],
+        is_approve=True, wait_for="completion", deferrable=False, poll_interval=0.1,
+    )
+    resume_ti = RecordingTI(pulls={("kickoff", "webhooks"): kickoff_ti.xcom["webhooks"]})
+    summary = resume.execute({"ti": resume_ti})
+
+    assert summary["outcome"] == "succeeded"
+    kickoff_keys = {*kickoff_ti.xcom, "return_value"}
+    resume_keys = {*resume_ti.xcom, "return_value"}
+    assert kickoff_keys <= documented_xcom("airflow_provider_crew.operators.crew.CrewKickoffOperator")
+    assert resume_keys <= documented_xcom("airflow_provider_crew.operators.crew.CrewResumeOperator")
+    assert {"kickoff_id", "webhooks", "human_input", "status"} <= kickoff_keys
+    assert "output" not in kickoff_keys  # returned at the pause, as the table says
+    assert {"output", "status"} <= resume_keys
