@@ -2,6 +2,7 @@
 # Create (or update) a virtual environment with the provider, its test tools and Airflow.
 #   VENV=.venv             where to put it
 #   AIRFLOW_VERSION=       an Airflow 3.x version to pin (default: the newest 3.x)
+#   EXTRAS=dev,openlineage the provider's extras to install (the tests use both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -22,5 +23,5 @@ if [ -n "${AIRFLOW_VERSION:-}" ]; then
   esac
 fi
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${constraints[@]}" \
-  "$airflow_spec" -e ".[dev]"
+  "$airflow_spec" -e ".[${EXTRAS:-dev,openlineage}]"
 "$VENV/bin/python" -c "import airflow, airflow_provider_crew; print(f'Airflow {airflow.__version__}, airflow-provider-crew {airflow_provider_crew.__version__} in $VENV')"

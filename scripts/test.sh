@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up the environment if needed and run the whole test suite (unit, local-service conformance,
-# real DAG runs against the local crew service). Extra arguments go to pytest.
+# real DAG runs against the local crew service, real Airflow components, a real browser). Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 bash scripts/setup.sh >/dev/null
+bash scripts/browser-setup.sh
 exec "$VENV/bin/python" -m pytest "$@"
