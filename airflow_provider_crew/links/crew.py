@@ -58,7 +58,7 @@ class CrewExecutionLink(BaseOperatorLink):
 
 
 def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:
-    """Push the execution's page URL to XCom ``execution_url`` (null when the connection has no template).
+    """Push the execution's page URL to XCom ``execution_url`` when the connection has a template.
 
     Called as soon as a task knows its execution, before it waits or defers, so that the link shows
     while the task is deferred.
@@ -69,9 +69,7 @@ def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_i
     :return: The URL, or None without a template.
     """
     url = config.execution_url(kickoff_id)
-    # Pushed even without a template (as null): the link reads this key at the end of every run, and
-    # Airflow logs an error line for a key that is missing.
-    context["ti"].xcom_push(key=XCOM_EXECUTION_URL, value=url)
     if url:
+        context["ti"].xcom_push(key=XCOM_EXECUTION_URL, value=url)
         log.info("Crew execution %s: %s", kickoff_id, url)
     return url
