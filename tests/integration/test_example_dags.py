@@ -17,9 +17,13 @@ def assert_waited_as_configured(run, deferrable: bool) -> None:
     assert deferred is deferrable, run.stdout[-3000:]
 
 
-# Steps of 1 s (not 0.05 s): the sensor starts after the kickoff task ends, and it only defers when
-# the execution is still running then (it reads the status once before deferring).
-@pytest.mark.crew_service(speed=0.05)
+# The crew runs at 1/20 of its bundled speed (steps of 1 s, not 0.05 s) wherever a test asserts that a
+# deferrable task deferred: a waiting task reads the status once before deferring and does not defer
+# when the execution has already finished, which a 0.2 s crew does on a loaded machine.
+SLOW_ENOUGH_TO_DEFER = pytest.mark.crew_service(speed=0.05)
+
+
+@SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
 def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
     run = run_dag("example_crew_kickoff_and_sensor", deferrable=deferrable)
@@ -36,6 +40,7 @@ def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
     assert crew_service.request_count("kickoff") == 1
 
 
+@SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
 def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, deferrable):
     receiver = crew_service.webhooks
@@ -78,6 +83,7 @@ def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, def
     assert crew_done[0].json["kickoff_id"] == kickoff_id
 
 
+@SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
 def test_mapped_fan_out(run_dag, crew_service, deferrable):
     run = run_dag("example_crew_mapped", deferrable=deferrable)
@@ -94,6 +100,7 @@ def test_mapped_fan_out(run_dag, crew_service, deferrable):
     assert crew_service.request_count("kickoff") == 3
 
 
+@SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
 def test_taskflow_structured_output(run_dag, crew_service, deferrable):
     run = run_dag("example_crew_taskflow", deferrable=deferrable)
