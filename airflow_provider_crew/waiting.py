@@ -22,6 +22,8 @@ from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
     CrewNotFoundError,
+    CrewRedirectError,
+    CrewResponseTooLargeError,
 )
 from airflow_provider_crew.models import CrewState, CrewStatus
 
@@ -108,8 +110,21 @@ def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:
 
 
 def is_permanent(error: CrewError) -> bool:
-    """Errors that polling longer cannot fix (the hook has already retried the transient ones)."""
-    return isinstance(error, (CrewAuthenticationError, CrewBadRequestError, CrewConfigurationError))
+    """Errors that polling longer cannot fix (the hook has already retried the transient ones).
+
+    A body over the size cap and a refused redirect are named although both are configuration
+    errors too: they end a wait because a repeat meets the same answer, not because of their base.
+    """
+    return isinstance(
+        error,
+        (
+            CrewAuthenticationError,
+            CrewBadRequestError,
+            CrewConfigurationError,
+            CrewResponseTooLargeError,
+            CrewRedirectError,
+        ),
+    )
 
 
 def next_poll_interval(current: float, maximum: float) -> float:

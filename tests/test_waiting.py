@@ -9,6 +9,8 @@ import pytest
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewNotFoundError,
+    CrewRedirectError,
+    CrewResponseTooLargeError,
     CrewServerError,
     CrewTransportError,
 )
@@ -149,6 +151,19 @@ def test_transient_errors_keep_polling_and_permanent_ones_end_the_wait():
     result, calls, _ = run([*transient, status("SUCCESS")])
     assert (result.outcome, len(calls)) == (Outcome.SUCCEEDED, 3)
     result, calls, _ = run([CrewAuthenticationError("401", endpoint="e", status_code=401), status("SUCCESS")])
+    assert (result.outcome, len(calls)) == (Outcome.ERROR, 1)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        CrewResponseTooLargeError("too large", endpoint="e", limit=64),
+        CrewRedirectError("302 elsewhere", endpoint="e", status_code=302),
+    ],
+    ids=["body-over-the-cap", "refused-redirect"],
+)
+def test_an_answer_a_repeat_would_meet_again_ends_the_wait(error):
+    result, calls, _ = run([error, status("SUCCESS")])
     assert (result.outcome, len(calls)) == (Outcome.ERROR, 1)
 
 

@@ -40,7 +40,7 @@ def _parse_fault(spec: str) -> dict[str, Any]:
             raise ValueError(f"--fault expects key=value pairs, got {item!r}")
         key = key.strip()
         value = value.strip()
-        if key in ("kind", "endpoint", "crew"):
+        if key in ("kind", "endpoint", "crew", "location"):
             data[key] = value
         elif key in ("count", "status"):
             data[key] = None if value in ("", "none", "null") else int(value)

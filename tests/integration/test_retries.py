@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS
+from airflow_provider_crew.testing import wait_until
 from airflow_provider_crew.testing.dag_runs import airflow_env, dags_test, migrate_db
 
 pytestmark = pytest.mark.integration
@@ -23,15 +26,38 @@ def retries_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(home: Path, crew_service, dag_id: str, *, check: bool = True):
     env = airflow_env(home, DAGS)
-    # No HTTP-level retries: each poll is one request, so the fault counts below are exact.
-    env.update(crew_service.connection_env("crew_default", retry_limit=0))
+    # No HTTP-level retries (not for errors, not for 429/503 within a budget): each poll is one
+    # request, and a kickoff whose answer is lost is not repeated by the hook.
+    env.update(crew_service.connection_env("crew_default", retry_limit=0, retry_budget=0))
     return dags_test(dag_id, env, check=check)
 
 
-def test_a_retry_reattaches_to_the_execution_instead_of_starting_another(retries_home, crew_service):
-    crew_service.faults.unavailable(count=8, endpoint="status")
+def first_try_failed(home: Path, dag_id: str) -> bool:
+    """Airflow recorded the end of the task's first try (it archives a retried try's row)."""
+    with sqlite3.connect(home / "airflow.db", timeout=30) as db:
+        (archived,) = db.execute(
+            "SELECT count(*) FROM task_instance_history WHERE dag_id=?", (dag_id,)
+        ).fetchone()
+        (waiting,) = db.execute(
+            "SELECT count(*) FROM task_instance WHERE dag_id=? AND state='up_for_retry'", (dag_id,)
+        ).fetchone()
+    return archived + waiting > 0
 
-    result = run(retries_home, crew_service, "crew_retry_reattach")
+
+def test_a_retry_reattaches_to_the_execution_instead_of_starting_another(retries_home, crew_service):
+    # The status endpoint is down until the first try has timed out (3 s), however slowly the
+    # machine runs it; then it recovers, so the retry's wait succeeds.
+    crew_service.faults.unavailable(count=None, endpoint="status")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(run, retries_home, crew_service, "crew_retry_reattach")
+        wait_until(
+            lambda: running.done() or first_try_failed(retries_home, "crew_retry_reattach"),
+            timeout=240,
+            interval=0.2,
+            message="the first try to fail",
+        )
+        crew_service.faults.clear()
+        result = running.result(timeout=300)
 
     assert result.state == "success", result.stdout[-4000:]
     assert result.task_states() == {("kickoff", -1): "success"}

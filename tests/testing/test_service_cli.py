@@ -231,3 +231,11 @@ def test_process_output_is_kept_for_diagnosis() -> None:
         wait_until(lambda: any("fault #1" in line for line in service.output), timeout=5)
     finally:
         service.stop()
+
+
+def test_a_redirect_fault_in_key_value_form_keeps_its_location_as_text() -> None:
+    args = build_parser().parse_args(
+        ["serve", "--fault", "kind=redirect,status=302,endpoint=status,location=http://other.example:9"]
+    )
+    (rule,) = faults_from_args(args)
+    assert (rule.kind, rule.status, rule.location) == ("redirect", 302, "http://other.example:9")
