@@ -5,7 +5,8 @@ How it reaches the UI: at the end of every run of a task, each deferral included
 that XCom. So the task pushes the URL (XCom ``execution_url``) as soon as it knows the execution, and
 ``get_link`` reads it back: the link is there while the task is deferred, after it succeeded and
 after it failed. ``get_link`` never raises, since on Airflow 3.0 a raising link breaks the end of
-the task run; without a URL it answers ``""`` and the UI shows no link.
+the task run; without a URL it answers ``""`` and the UI shows no link. A task that knows its URL
+(or that it has none) in the running process answers from that, without reading XCom.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class CrewExecutionLink(BaseOperatorLink):
         :param operator: The task the link belongs to.
         :param ti_key: The task instance (the runtime task instance itself, in the worker).
         """
+        known = getattr(operator, "known_execution_url", None)
+        if callable(known):
+            is_known, url = known()
+            if is_known:  # this run knows it: no XCom read (a missing one is logged as an error)
+                return url if isinstance(url, str) and url.startswith(("https://", "http://")) else ""
         try:
             # Imported here: only the worker calls get_link, and the operators' import stays light.
             from airflow.providers.common.compat.sdk import XCom

@@ -89,7 +89,6 @@ class CrewOpenLineageMixin(CrewWaitMixin):
     _lineage_kickoff_id: str | None = None
     _lineage_config: CrewConnectionConfig | None = None
     _lineage_result: WaitResult | None = None
-    _lineage_execution_url: str | None = None
 
     def _record_execution(self, context: Context, hook: CrewHook, kickoff_id: str) -> None:
         """Remember the execution this task follows, and push its page URL for the extra link.
@@ -98,12 +97,18 @@ class CrewOpenLineageMixin(CrewWaitMixin):
         """
         self._lineage_kickoff_id = kickoff_id
         self._lineage_config = hook.config
-        self._lineage_execution_url = push_execution_url(context, hook.config, kickoff_id)
+        self._remember_execution_url(push_execution_url(context, hook.config, kickoff_id))
 
     def _raise_for_outcome(self, kickoff_id: str, result: WaitResult) -> None:
         # Every way a wait ends (blocking, deferred, sensor poke) passes here: keep it for lineage.
         self._lineage_kickoff_id = kickoff_id
         self._lineage_result = result
+        if not self._execution_url_known:
+            # Resumed without the URL carried in next_kwargs (``dag.test()`` drops them): the
+            # connection says what it is, so the link need not look for it in XCom.
+            config = self._lineage_connection()
+            if config is not None:
+                self._remember_execution_url(config.execution_url(kickoff_id))
         super()._raise_for_outcome(kickoff_id, result)
 
     # -- called by the OpenLineage provider ------------------------------------------------------
@@ -162,7 +167,7 @@ class CrewOpenLineageMixin(CrewWaitMixin):
             inputs=_json_safe(dict(inputs)) if include_values and inputs is not None else None,
             output=_json_safe(self._lineage_output(result)) if include_values else None,
             error=error,
-            executionUrl=self._lineage_execution_url
+            executionUrl=self._execution_url
             or (config.execution_url(kickoff_id) if config is not None else None),
         )
         return OperatorLineage(run_facets=run_facets)

@@ -123,6 +123,10 @@ def task_started_at(context: Context) -> float:
     return started.timestamp()
 
 
+#: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
+EXECUTION_URL_KWARG = "crew_execution_url"
+
+
 class CrewWaitMixin:
     """Waiting for an execution from an operator or sensor; expects BaseOperator underneath."""
 
@@ -131,6 +135,39 @@ class CrewWaitMixin:
     max_poll_interval: float
     deferrable: bool
     log: Any
+    _execution_url: str | None = None
+    _execution_url_known: bool = False
+
+    # -- the execution's page URL, known in every process that runs this task ---------------------
+    #
+    # At the end of each run of a task (each deferral included) the worker asks the task's extra link
+    # for its URL. Reading it from XCom when none was pushed (no template) makes Airflow log an
+    # "XCom not found" error in every crew task, so the task keeps what it knows and carries it
+    # through a deferral in ``next_kwargs``; the link reads XCom only when neither is there.
+
+    def _remember_execution_url(self, url: str | None) -> str | None:
+        """Keep the execution's page URL (None: the connection has no template) for the link."""
+        self._execution_url = url
+        self._execution_url_known = True
+        return url
+
+    def known_execution_url(self) -> tuple[bool, str | None]:
+        """Whether this run knows the execution's page URL, and the URL (None: there is none)."""
+        return self._execution_url_known, self._execution_url
+
+    def _resume_kwargs(self, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``kwargs`` for a deferral or a park, plus the execution's page URL when it is known."""
+        carried = dict(kwargs or {})
+        if self._execution_url_known:
+            carried[EXECUTION_URL_KWARG] = self._execution_url
+        return carried
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Take the carried page URL out of ``next_kwargs``, then resume as Airflow does."""
+        if next_kwargs and EXECUTION_URL_KWARG in next_kwargs:
+            next_kwargs = dict(next_kwargs)
+            self._remember_execution_url(next_kwargs.pop(EXECUTION_URL_KWARG))
+        return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
 
     def _set_wait_timing(
         self,
@@ -229,6 +266,7 @@ class CrewWaitMixin:
                     not_before=time.time() + deferral_settle_seconds(),
                 ),
                 method_name="execute_complete",
+                kwargs=self._resume_kwargs(),
                 # A little past the trigger's own deadline: the trigger reports the time-out itself,
                 # with the last status it saw; this is the backstop if the triggerer is gone.
                 timeout=timedelta(seconds=timeout + 60),

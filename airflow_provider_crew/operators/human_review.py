@@ -340,7 +340,7 @@ class CrewReviewRoundOperator(_ReviewTask):
             assigned_users=[dict(user) for user in self.assigned_users],
             response_timeout=self.response_timeout,
             method_name="execute_review",
-            kwargs={"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id},
+            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
         )
 
     @staticmethod

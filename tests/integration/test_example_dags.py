@@ -12,9 +12,14 @@ MODES = [pytest.param(True, id="deferrable"), pytest.param(False, id="blocking")
 
 
 def assert_waited_as_configured(run, deferrable: bool) -> None:
-    """Deferrable runs wait in CrewStatusTrigger; blocking runs never defer."""
+    """Deferrable runs wait in CrewStatusTrigger; blocking runs never defer. And no false alarm: the
+    examples' connections have no execution page URL, and a link that looked for one in XCom made
+    Airflow log "XCom not found" as an error at the end of every crew task run."""
     deferred = "CrewStatusTrigger" in run.stdout
     assert deferred is deferrable, run.stdout[-3000:]
+    # (Airflow itself logs one when it iterates a mapped task's XComs past the end: not ours.)
+    noise = [line for line in run.stdout.splitlines() if "XCom not found" in line and "execution_url" in line]
+    assert not noise, "\n".join(noise)
 
 
 # The crew runs at 1/20 of its bundled speed (steps of 1 s, not 0.05 s) wherever a test asserts that a
