@@ -8,6 +8,7 @@ sensor's ``poke`` all drive these, so every kind of wait ends the same way.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import random
 import time
@@ -136,6 +137,8 @@ def next_poll_interval(current: float, maximum: float) -> float:
 class StateChangeLogger:
     """Logs one line per state change, not one per poll."""
 
+    __slots__ = ("_kickoff_id", "_last", "_log")
+
     def __init__(self, log: logging.Logger | Any, kickoff_id: str) -> None:
         self._log = log
         self._kickoff_id = kickoff_id
@@ -240,10 +243,20 @@ class Poller:
         self.max_poll_interval = max(max_poll_interval, poll_interval)
         self.log = log
         self.clock = clock
-        self.last_status: CrewStatus | None = None
+        # The last status read, kept as compact JSON text (one untracked string, not a model and
+        # its dicts): a triggerer holds one per wait, and only a wait's last message needs it.
+        self._last_record: str | CrewStatus | None = None
+        self._last_raw_state: str | None = None
         self._interval = poll_interval
         self._log_state_change = StateChangeLogger(log, kickoff_id)
         self._logged_not_visible = False
+
+    @property
+    def last_status(self) -> CrewStatus | None:
+        """The latest status read, or None (re-read from the record kept)."""
+        if self._last_record is None or isinstance(self._last_record, CrewStatus):
+            return self._last_record
+        return CrewStatus.from_response(json.loads(self._last_record))
 
     def step(self, polled: CrewStatus | CrewError) -> WaitResult | float:
         now = self.clock()
@@ -255,7 +268,8 @@ class Poller:
             deadline=self.deadline,
             not_found_deadline=self.not_found_deadline,
             execution_seen=self.execution_seen,
-            last_status=self.last_status,
+            # decide() reads it only to end a wait on an error; a status poll carries its own.
+            last_status=self.last_status if isinstance(polled, CrewError) else None,
         )
         self._observe(polled, now, ended=result is not None)
         if result is not None:
@@ -268,9 +282,11 @@ class Poller:
         """Log what the poll showed and remember a sighting of the execution."""
         if isinstance(polled, CrewStatus):
             self._log_state_change(polled)
-            if self.last_status is not None and polled.raw_state != self.last_status.raw_state:
+            if self._last_record is not None and polled.raw_state != self._last_raw_state:
                 self._interval = self.poll_interval  # something is happening: look again soon
-            self.last_status = polled
+            # A status built in code, not read from a record, is kept as it is.
+            self._last_record = json.dumps(polled.raw, separators=(",", ":")) if polled.raw else polled
+            self._last_raw_state = polled.raw_state
             if not self.execution_seen:
                 self.execution_seen = True
                 # Kept in the deadline too, so a trigger built from it fails a later 404 at once.

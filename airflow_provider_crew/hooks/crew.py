@@ -6,16 +6,17 @@ whether it is repeated is decided by :mod:`.retry`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import platform
 import time
+import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import requests
 
 from airflow_provider_crew import __version__
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook, aget_connection
@@ -55,6 +56,9 @@ from airflow_provider_crew.models import (
     parse_inputs_response,
 )
 
+if TYPE_CHECKING:
+    import requests  # imported by the session property: DAG files never need it at parse time
+
 __all__ = ["USER_AGENT", "CrewHook", "build_request_model", "close_shared_sessions"]
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,18 @@ _KICKOFF_CONSEQUENCE = "An execution may have started; the kickoff was not repea
 _RESUME_CONSEQUENCE = "The feedback may have been applied; the resume was not repeated."
 
 
+def _headers(config: CrewConnectionConfig, *, with_body: bool = False) -> dict[str, str]:
+    headers = {
+        "Authorization": f"Bearer {config.token}",
+        "Accept": "application/json",
+        "Accept-Encoding": ACCEPT_ENCODING,
+        "User-Agent": USER_AGENT,
+    }
+    if with_body:
+        headers["Content-Type"] = "application/json"
+    return headers
+
+
 def _build_call(
     config: CrewConnectionConfig,
     method: str,
@@ -74,14 +90,7 @@ def _build_call(
     *,
     consequence: str = "",
 ) -> Call:
-    headers = {
-        "Authorization": f"Bearer {config.token}",
-        "Accept": "application/json",
-        "Accept-Encoding": ACCEPT_ENCODING,
-        "User-Agent": USER_AGENT,
-    }
-    if body is not None:
-        headers["Content-Type"] = "application/json"
+    headers = _headers(config, with_body=body is not None)
     return Call(
         method=method,
         url=f"{config.base_url}{path}",
@@ -302,6 +311,8 @@ class CrewHook(BaseHook):
 
     @cached_property
     def session(self) -> requests.Session:
+        import requests
+
         session = requests.Session()
         session.headers["User-Agent"] = USER_AGENT
         return session
@@ -320,10 +331,7 @@ class CrewHook(BaseHook):
     async def _asend(
         self, call: Call, config: CrewConnectionConfig, *, deadline: float | None = None
     ) -> Response:
-        if not call.idempotent:
-            raise CrewError("the async transport only sends GET requests")  # kickoff/resume stay sync
-        policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
-        return await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+        return await _asend(call, config, deadline=deadline, clock=self._clock)
 
     # -- the contract ----------------------------------------------------------------------------
 
@@ -390,15 +398,13 @@ class CrewHook(BaseHook):
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """Async twin of :meth:`get_status` for triggers: same requests, same parsing."""
         config = await self.aget_config()
-        styles = _status_styles_to_try(config)
-        for index, style in enumerate(styles):
-            call = self._status_call(config, kickoff_id, style)
-            response = await self._asend(call, config, deadline=deadline)
-            if response.status_code == 404 and index + 1 < len(styles):
-                continue
-            _learn_status_style(config, style, response)
-            return self._parse_status(call, response)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await _aread_status(
+            config,
+            kickoff_id,
+            lambda style: self._status_call(config, kickoff_id, style),
+            deadline=deadline,
+            clock=self._clock,
+        )
 
     def _status_call(self, config: CrewConnectionConfig, kickoff_id: str, style: StatusPathStyle) -> Call:
         call = self._status_calls.get((kickoff_id, style))
@@ -488,3 +494,120 @@ class CrewHook(BaseHook):
             f"OK: the crew at {config.base_url} expects inputs {inputs} "
             f"({config.credential_kind.value} token)."
         )
+
+
+# -- the triggers' async path: shared by every wait in an event loop ---------------------------------
+
+_ASYNC_TRANSPORT = AsyncTransport(USER_AGENT)
+
+
+async def _asend(
+    call: Call, config: CrewConnectionConfig, *, deadline: float | None, clock: Callable[[], float]
+) -> Response:
+    if not call.idempotent:
+        raise CrewError("the async transport only sends GET requests")  # kickoff/resume stay sync
+    policy = RetryPolicy(call, config, deadline=deadline, clock=clock)
+    return await asend_with_retries(_ASYNC_TRANSPORT.send, policy)
+
+
+async def _aread_status(
+    config: CrewConnectionConfig,
+    kickoff_id: str,
+    call_for: Callable[[StatusPathStyle], Call],
+    *,
+    deadline: float | None,
+    clock: Callable[[], float] = time.time,
+) -> CrewStatus:
+    styles = _status_styles_to_try(config)
+    for index, style in enumerate(styles):
+        call = call_for(style)
+        response = await _asend(call, config, deadline=deadline, clock=clock)
+        if response.status_code == 404 and index + 1 < len(styles):
+            continue
+        _learn_status_style(config, style, response)
+        return CrewHook._parse_status(call, response)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# How long a connection looked up for the waits of an event loop is used before it is looked up
+# again: a rotated token or a moved service is picked up within this long.
+CONNECTION_TTL_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class SharedConnection:
+    """A connection's settings as every wait in one event loop uses them, until ``expires``."""
+
+    conn_id: str
+    config: CrewConnectionConfig
+    headers: dict[str, str]  # a status request's headers, shared by every wait's requests
+    expires: float  # loop.time()
+
+    def status_call(self, kickoff_id: str, style: StatusPathStyle) -> Call:
+        path = _status_path(kickoff_id, style)
+        return Call(
+            method="GET",
+            url=f"{self.config.base_url}{path}",
+            endpoint=f"GET {path}",
+            headers=self.headers,
+            consequence=_status_consequence(kickoff_id),
+        )
+
+
+# Per event loop (the triggerer runs one): conn_id -> the connection, or the lookup in flight.
+_loop_connections: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, SharedConnection | asyncio.Task[SharedConnection]]
+] = weakref.WeakKeyDictionary()
+
+
+async def shared_connection(conn_id: str, *, ttl: float | None = None) -> SharedConnection:
+    """``conn_id`` looked up once per event loop and ``ttl`` seconds, for every wait that uses it.
+
+    Waits that ask while a lookup is in flight share it; a failed lookup is not kept (the next
+    call looks up again). Connection errors raise as :meth:`CrewHook.aget_config` raises them.
+    """
+    loop = asyncio.get_running_loop()
+    connections = _loop_connections.get(loop)
+    if connections is None:
+        connections = _loop_connections[loop] = {}
+    entry = connections.get(conn_id)
+    if isinstance(entry, SharedConnection) and entry.expires > loop.time():
+        return entry
+    if not isinstance(entry, asyncio.Task):
+        lifetime = CONNECTION_TTL_SECONDS if ttl is None else ttl
+        entry = loop.create_task(_look_up(conn_id, lifetime, connections))
+        connections[conn_id] = entry
+    # shield: a wait cancelled meanwhile does not cancel the lookup the other waits share.
+    return await asyncio.shield(entry)
+
+
+async def _look_up(
+    conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
+) -> SharedConnection:
+    this = asyncio.current_task()
+    try:
+        config = await CrewHook(crew_conn_id=conn_id).aget_config()
+    except BaseException:
+        if connections.get(conn_id) is this:
+            del connections[conn_id]
+        raise
+    shared = SharedConnection(conn_id, config, _headers(config), asyncio.get_running_loop().time() + ttl)
+    connections[conn_id] = shared
+    return shared
+
+
+def forget_shared_connections() -> None:
+    """Drop the running loop's looked-up connections (tests)."""
+    _loop_connections.pop(asyncio.get_running_loop(), None)
+
+
+async def aget_status_shared(
+    connection: SharedConnection, kickoff_id: str, *, deadline: float | None = None
+) -> CrewStatus:
+    """:meth:`CrewHook.aget_status` for a wait in a triggerer, with its loop's shared connection."""
+    return await _aread_status(
+        connection.config,
+        kickoff_id,
+        lambda style: connection.status_call(kickoff_id, style),
+        deadline=deadline,
+    )

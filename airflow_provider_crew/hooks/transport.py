@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
-import requests
-import urllib3.exceptions
-
 from airflow_provider_crew.exceptions import CrewRedirectError, CrewResponseTooLargeError, CrewServerError
 
 if TYPE_CHECKING:
+    # Imported where used: a DAG file that imports an operator or sensor needs neither at parse time.
     import aiohttp
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +312,9 @@ def redirect_target(call: Call, current_url: str, status_code: int, location: st
 
 
 def classify_requests_error(error: requests.RequestException) -> Failure:
+    import requests
+    import urllib3.exceptions
+
     if isinstance(error, requests.exceptions.SSLError):
         return Failure.FATAL
     if isinstance(error, requests.exceptions.ConnectTimeout):
@@ -347,6 +349,8 @@ class SyncTransport:
         self.session = session
 
     def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
+        import requests
+
         started = time.monotonic()
         url = call.url
         for hops in range(MAX_REDIRECTS + 1):
@@ -377,6 +381,8 @@ class SyncTransport:
     def _read(
         raw: requests.Response, call: Call, limits: Limits, started: float
     ) -> Response | TransportFailure:
+        import urllib3.exceptions
+
         complete = False
         try:
             reader = BodyReader(call, raw.status_code, raw.headers, limits.max_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_crew.exceptions import CrewError
-from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.crew import aget_status_shared, shared_connection
 from airflow_provider_crew.waiting import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
@@ -19,6 +20,16 @@ from airflow_provider_crew.waiting import (
     WaitFor,
     WaitResult,
 )
+
+# The first poll comes this fraction of poll_interval to the whole of it after the trigger starts,
+# at random: waits started together (a triggerer restart, a mapped task) do not poll together.
+FIRST_POLL_JITTER = 0.5
+
+
+def first_poll_delay(poll_interval: float, deadline: float, now: float) -> float:
+    """Seconds until a wait's first poll: a random part of ``poll_interval``, never past the deadline."""
+    delay = random.uniform(poll_interval * FIRST_POLL_JITTER, poll_interval)
+    return max(0.0, min(delay, deadline - now))
 
 
 class CrewStatusTrigger(BaseTrigger):
@@ -86,7 +97,9 @@ class CrewStatusTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        # A triggerer may hold 10,000 waits: between polls each keeps only its kwargs, this frame
+        # and a Poller. The connection is looked up once per loop for all waits on it
+        # (shared_connection) and the logger is the class's, not one per trigger.
         poller = Poller(
             self.kickoff_id,
             wait_for=WaitFor(self.wait_for),
@@ -94,14 +107,16 @@ class CrewStatusTrigger(BaseTrigger):
             not_found_deadline=self.not_found_deadline,
             poll_interval=self.poll_interval,
             max_poll_interval=self.max_poll_interval,
-            log=self.log,
+            log=type(self).logger(),
             execution_seen=self.execution_seen,
         )
-        # The operator read the status just before deferring: look again one interval later.
-        await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())))
+        # The operator read the status just before deferring: look again within one interval.
+        await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time()))
         while True:
             try:
-                step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
+                connection = await shared_connection(self.crew_conn_id)
+                status = await aget_status_shared(connection, self.kickoff_id, deadline=self.deadline)
+                step = poller.step(status)
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):

@@ -17,9 +17,12 @@ import uuid
 import aiohttp
 import pytest
 
+from airflow_provider_crew.connection import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks import crew as hooks_crew
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.transport import close_shared_sessions, loop_session
+from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, WaitFor
 
@@ -43,7 +46,6 @@ FAILING_CREW = {
         },
     ],
 }
-
 
 
 @pytest.fixture
@@ -117,15 +119,15 @@ def poll_ends(monkeypatch) -> list[float]:
     polls came before the deadline and which after holds however slowly a loaded machine runs.
     """
     ends: list[float] = []
-    original = CrewHook.aget_status
+    original = trigger_module.aget_status_shared
 
-    async def timed(self, kickoff_id, **kwargs):
+    async def timed(connection, kickoff_id, **kwargs):
         try:
-            return await original(self, kickoff_id, **kwargs)
+            return await original(connection, kickoff_id, **kwargs)
         finally:
             ends.append(time.time())
 
-    monkeypatch.setattr(CrewHook, "aget_status", timed)
+    monkeypatch.setattr(trigger_module, "aget_status_shared", timed)
     return ends
 
 
@@ -396,3 +398,97 @@ async def test_a_connection_missing_in_the_triggerer_fires_an_error_event_naming
 
     assert event.outcome is Outcome.ERROR
     assert "Connection 'only_on_workers' is not defined where this runs" in event.message
+
+
+# -- many waits in one triggerer ------------------------------------------------------------------
+
+
+def test_the_first_poll_is_spread_over_half_an_interval_to_one_and_never_past_the_deadline():
+    now = 1000.0
+    delays = [trigger_module.first_poll_delay(2.0, now + 60, now) for _ in range(500)]
+
+    assert all(1.0 <= d <= 2.0 for d in delays)
+    assert max(delays) - min(delays) > 0.5  # spread, not one instant for every wait
+    assert trigger_module.first_poll_delay(2.0, now + 0.3, now) <= 0.3
+    assert trigger_module.first_poll_delay(2.0, now - 5, now) == 0.0
+
+
+async def test_waits_started_together_do_not_poll_together(monkeypatch):
+    slept: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        slept.append(delay)
+        raise asyncio.CancelledError  # stop each wait at its first sleep
+
+    monkeypatch.setattr(trigger_module.asyncio, "sleep", fake_sleep)
+    for n in range(20):
+        with pytest.raises(asyncio.CancelledError):
+            await anext(make_trigger(f"k-{n}", poll_interval=2.0).run())
+
+    assert len(slept) == 20 and len(set(slept)) == 20
+    assert all(1.0 <= d <= 2.0 for d in slept)
+
+
+@pytest.fixture
+def lookups(monkeypatch) -> list[str]:
+    """Every connection lookup the shared cache makes (a spy on CrewHook.aget_config)."""
+    seen: list[str] = []
+    original = CrewHook.aget_config
+
+    async def counting(self):
+        seen.append(self.crew_conn_id)
+        await asyncio.sleep(0.01)  # long enough for other waits to ask meanwhile
+        return await original(self)
+
+    monkeypatch.setattr(CrewHook, "aget_config", counting)
+    return seen
+
+
+def _conn_env(monkeypatch, conn_id: str, host: str, password: str) -> None:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "crew", "host": host, "password": password}),
+    )
+
+
+async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookups):
+    _conn_env(monkeypatch, "crew_shared", "https://crew.example", "token-1")
+    _conn_env(monkeypatch, "crew_other", "https://other.example", "token-2")
+
+    first = await asyncio.gather(*(hooks_crew.shared_connection("crew_shared") for _ in range(50)))
+    again = await hooks_crew.shared_connection("crew_shared")
+    other = await hooks_crew.shared_connection("crew_other")
+
+    assert lookups == ["crew_shared", "crew_other"]
+    assert all(c is first[0] for c in [*first, again])
+    assert first[0].config.token == "token-1" and other.config.token == "token-2"
+    call = first[0].status_call("k/1", StatusPathStyle.CONTRACT)
+    assert (call.url, call.headers["Authorization"]) == (
+        "https://crew.example/k%2F1/status",
+        "Bearer token-1",
+    )
+
+
+async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch, lookups):
+    _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "old-token")
+    before = await hooks_crew.shared_connection("crew_rotating", ttl=0.2)
+    _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "new-token")
+
+    assert (await hooks_crew.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
+    await asyncio.sleep(0.25)
+    after = await hooks_crew.shared_connection("crew_rotating", ttl=0.2)
+
+    assert before.config.token == "old-token" and after.config.token == "new-token"
+    assert lookups == ["crew_rotating", "crew_rotating"]
+
+
+async def test_a_failed_lookup_is_not_kept(monkeypatch, lookups):
+    monkeypatch.delenv("AIRFLOW_CONN_CREW_LATE", raising=False)
+    results = await asyncio.gather(
+        *(hooks_crew.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, CrewConfigurationError) for r in results)
+
+    _conn_env(monkeypatch, "crew_late", "https://crew.example", "token")
+    assert (await hooks_crew.shared_connection("crew_late")).config.token == "token"
+    assert lookups == ["crew_late", "crew_late"]  # one for the five waiting together, one after
