@@ -148,6 +148,28 @@ def park_for_human_input(
     raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
 
+def require_human_in_the_loop(message: str) -> None:
+    """Raise Airflow's optional-feature error, ``message`` formatted with the running version, when
+    this Airflow has no human-in-the-loop API (it came in 3.1)."""
+    if not AIRFLOW_V_3_1_PLUS:
+        from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
+
+        raise AirflowOptionalProviderFeatureException(message.format(version=_airflow_version))
+
+
+def task_state_store(context: Mapping[str, Any]) -> Any:
+    """The task instance's state store (Airflow 3.3+), which outlives a try; None before 3.3.
+
+    The kickoff operator keeps its execution id there so that a retry reattaches to it. The SDK's
+    ``ResumableJobMixin`` (3.3+) wraps the same store, but it owns ``execute()`` and polls in the
+    worker itself; here the wait may be deferred and the id must also reach XCom and the link
+    before it, so the operator uses the store directly, through this one function.
+    """
+    if not AIRFLOW_V_3_3_PLUS:
+        return None
+    return context.get("task_state_store")
+
+
 def default_deferrable() -> bool:
     """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
     return conf.getboolean("operators", "default_deferrable", fallback=False)
@@ -170,5 +192,7 @@ __all__ = [
     "deferral_settle_seconds",
     "hitl_params",
     "park_for_human_input",
+    "require_human_in_the_loop",
     "running_in_process_test",
+    "task_state_store",
 ]

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_crew._compat import (
-    AIRFLOW_V_3_3_PLUS,
     BaseHook,
     BaseOperator,
     default_deferrable,
+    task_state_store,
 )
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
@@ -405,9 +405,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         return kickoff_id
 
     def _state_store(self, context: Context) -> Any:
-        if not AIRFLOW_V_3_3_PLUS:
-            return None
-        return context.get("task_state_store")  # type: ignore[call-overload]
+        return task_state_store(context)
 
     def _forget_execution(self, context: Context) -> None:
         store = self._state_store(context)

@@ -25,12 +25,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow_provider_crew._compat import (
-    AIRFLOW_V_3_1_PLUS,
     AirflowFailException,
     AirflowSkipException,
     BaseOperator,
     hitl_params,
     park_for_human_input,
+    require_human_in_the_loop,
 )
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
@@ -101,11 +101,7 @@ class CrewReviewRoundsExhaustedError(AirflowFailException):
 
 
 def _check_airflow_supports_review() -> None:
-    if not AIRFLOW_V_3_1_PLUS:
-        from airflow import __version__
-        from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
-
-        raise AirflowOptionalProviderFeatureException(NEEDS_3_1.format(version=__version__))
+    require_human_in_the_loop(NEEDS_3_1)
 
 
 def round_task_id(round_number: int) -> str:
