@@ -45,6 +45,13 @@ _HTML_500 = (
     b"<body><h1>Internal Server Error</h1><p>The server encountered an internal error and was "
     b"unable to complete your request.</p><hr><address>nginx</address></body></html>\n"
 )
+# The ``html_200`` fault: a proxy's maintenance page, served with 200.
+_HTML_200 = (
+    b"<!DOCTYPE html>\n<html><head><title>Down for maintenance</title></head>\n"
+    b"<body><h1>We'll be back soon</h1><p>This site is undergoing maintenance.</p></body></html>\n"
+)
+# The ``unknown_state`` fault: a status record with a state the contract does not know.
+_UNKNOWN_STATE = b'{"state": "QUARANTINED", "status": "Quarantined by the gateway"}'
 _REASONS = {422: "Validation Error"}
 
 
@@ -341,6 +348,10 @@ class CrewServiceApp:
             counters.response(endpoint, "dropped")
             await self._drop(send)
             return
+        if faults.take("truncated_json", endpoint, crew):
+            body = body[: len(body) // 2]
+        if faults.take("wrong_content_type", endpoint, crew):
+            ctype = _HTML
         counters.response(endpoint, status)
         trickle = faults.take("trickle", endpoint, crew)
         if trickle is not None:
@@ -557,6 +568,10 @@ class CrewServiceApp:
     def _fault_answer(rule: FaultRule) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
         if rule.kind == "html_500":
             return 500, _HTML_500, _HTML, []
+        if rule.kind == "html_200":
+            return 200, _HTML_200, _HTML, []
+        if rule.kind == "unknown_state":
+            return 200, _UNKNOWN_STATE, _JSON, []
         headers: list[tuple[bytes, bytes]] = []
         wait = ""
         if rule.retry_after is not None:

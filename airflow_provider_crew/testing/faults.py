@@ -23,6 +23,15 @@ Hostile or broken answers (what a client must survive without harm to its proces
 ``trickle``      act on the request, then send the answer one byte every ``seconds``.
 ``redirect``     answer ``status`` (default 307) with ``Location: <location><request path>``,
                  without acting on the request: e.g. to another host, which must not see the token.
+
+Garbage answers (what a proxy, a gateway or a half-deployed service sends):
+
+``html_200``            answer 200 with an HTML page (a proxy's maintenance page), without acting.
+``truncated_json``      act on the request, then send only the first half of its JSON answer
+                        (a complete HTTP response whose body is cut).
+``wrong_content_type``  act on the request and send its answer as ``text/html``.
+``unknown_state``       answer 200 with a status record whose ``state`` the contract does not
+                        know (``QUARANTINED``), without acting on the request.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["ENDPOINTS", "FAULT_KINDS", "FaultRule", "Faults", "FaultsAPI"]
+__all__ = ["ENDPOINTS", "FAULT_KINDS", "GARBAGE_KINDS", "FaultRule", "Faults", "FaultsAPI"]
 
 ENDPOINTS = ("health", "inputs", "kickoff", "status", "resume")
 FAULT_KINDS = (
@@ -51,9 +60,16 @@ FAULT_KINDS = (
     "gzip_bomb",
     "trickle",
     "redirect",
+    "html_200",
+    "truncated_json",
+    "wrong_content_type",
+    "unknown_state",
 )
 # Kinds that replace the normal response, checked in this order.
-_RESPONSE_KINDS = ("error", "html_500", "oversized", "gzip_bomb", "redirect")
+_RESPONSE_KINDS = ("error", "html_500", "oversized", "gzip_bomb", "redirect", "html_200", "unknown_state")
+# Kinds that act on the request and then spoil its answer.
+GARBAGE_AFTER_KINDS = ("truncated_json", "wrong_content_type")
+GARBAGE_KINDS = ("html_200", "truncated_json", "wrong_content_type", "unknown_state")
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 
 
@@ -234,6 +250,15 @@ class FaultsAPI(ABC):
     ) -> dict[str, Any]:
         """``count`` responses of 503 Service Unavailable."""
         return self.error(503, count, endpoint, retry_after)
+
+    def garbage(
+        self, kind: str, endpoint: str = "*", count: int | None = 1, crew: str | None = None
+    ) -> dict[str, Any]:
+        """``count`` garbage answers of ``kind``: ``html_200``, ``truncated_json``,
+        ``wrong_content_type`` or ``unknown_state`` (see the module docstring)."""
+        if kind not in GARBAGE_KINDS:
+            raise ValueError(f"unknown garbage kind {kind!r}; expected one of {', '.join(GARBAGE_KINDS)}")
+        return self.add(FaultRule(kind, endpoint, count, crew=crew))
 
     def html_500(self, count: int | None = 1, endpoint: str = "*", crew: str | None = None) -> dict[str, Any]:
         """``count`` responses of 500 with an HTML (not JSON) body."""

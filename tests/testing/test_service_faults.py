@@ -131,6 +131,60 @@ def test_html_500(api: Api, crew_service: LocalCrewService) -> None:
     assert crew_service.faults.counts == {"html_500": 1}
 
 
+def test_html_200_answers_a_maintenance_page_and_acts_on_nothing(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.garbage("html_200", endpoint="kickoff")
+    resp = api.post("/kickoff", {"inputs": INPUTS})
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/html")
+    assert resp.text.startswith("<!DOCTYPE html>")
+    assert crew_service.executions == {}
+    assert crew_service.faults.counts == {"html_200": 1}
+
+
+def test_truncated_json_acts_then_cuts_the_answer(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.garbage("truncated_json", endpoint="kickoff")
+    resp = api.post("/kickoff", {"inputs": INPUTS})
+    assert resp.status_code == 200 and resp.headers["content-type"] == "application/json"
+    with pytest.raises(ValueError):
+        resp.json()
+    assert resp.text.startswith('{"kickoff_id"')
+    assert len(crew_service.executions) == 1  # the kickoff was acted on
+    assert int(resp.headers["content-length"]) == len(resp.content)
+    assert crew_service.faults.counts == {"truncated_json": 1}
+
+
+def test_wrong_content_type_acts_and_labels_the_json_as_html(api: Api, crew_service: LocalCrewService) -> None:
+    kickoff_id = api.kickoff(INPUTS)
+    crew_service.faults.garbage("wrong_content_type", endpoint="status")
+    resp = api.get(f"/{kickoff_id}/status")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+    assert "state" in resp.json()  # the body itself is the real status record
+    assert api.get(f"/{kickoff_id}/status").headers["content-type"] == "application/json"
+    assert crew_service.faults.counts == {"wrong_content_type": 1}
+
+
+def test_unknown_state_answers_a_state_the_contract_does_not_know(api: Api, crew_service: LocalCrewService) -> None:
+    kickoff_id = api.kickoff(INPUTS)
+    crew_service.faults.garbage("unknown_state", endpoint="status", count=2)
+    for _ in range(2):
+        resp = api.get(f"/{kickoff_id}/status")
+        assert resp.status_code == 200 and resp.json()["state"] == "QUARANTINED"
+    assert api.get(f"/{kickoff_id}/status").json()["state"] != "QUARANTINED"
+    assert crew_service.faults.counts == {"unknown_state": 2}
+
+
+def test_garbage_refuses_other_kinds(crew_service: LocalCrewService) -> None:
+    with pytest.raises(ValueError, match="unknown garbage kind"):
+        crew_service.faults.garbage("latency")
+
+
+def test_garbage_kinds_travel_through_the_control_api(api: Api, remote: RemoteCrewService) -> None:
+    rule = remote.faults.garbage("html_200", endpoint="inputs")
+    assert rule["kind"] == "html_200"
+    assert api.get("/inputs").text.startswith("<!DOCTYPE html>")
+    assert remote.faults.counts == {"html_200": 1}
+
+
 def test_faults_can_target_one_crew(api: Api, crew_service: LocalCrewService) -> None:
     crew_service.faults.error(503, count=None, endpoint="kickoff", crew="review")
     review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
