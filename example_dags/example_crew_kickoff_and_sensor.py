@@ -2,6 +2,15 @@
 
 Connection ``crew_default``: host = the crew's base URL, password = its bearer token.
 ``deferrable`` follows ``[operators] default_deferrable``, like Airflow's own operators.
+
+From a task to its execution: give the connection an "Execution page URL" (extra
+``execution_url_template``, e.g. ``https://app.example.com/executions/{kickoff_id}``) and both tasks
+show a **Crew execution** button (the task's Details tab) that opens the execution in the crew's
+dashboard, while the sensor is deferred and after it ends.
+
+Lineage: with ``apache-airflow-providers-openlineage`` installed (``airflow-provider-crew[openlineage]``)
+each task's COMPLETE and FAIL events carry the execution id, its state, progress and token usage, and
+the input names. Input values and outputs are sent only with ``openlineage_include_values=True``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ with DAG(
         kickoff_id=kickoff.output,
         poke_interval=1,
         timeout=600,
+        openlineage_include_values=False,  # the default: the output may be private
     )
     # [END howto_sensor_crew_status]
 

@@ -1,19 +1,28 @@
-"""The main job: run example_crew_human_review end to end against the bundled local crew service.
+"""The main job: a crew's draft reviewed in Airflow, end to end, against the bundled local crew service.
 
-Starts the local crew service (with a webhook receiver), gives Airflow a fresh SQLite database in
-``.demo/airflow``, runs ``airflow dags test example_crew_human_review`` and prints what happened:
-draft 1, the changes requested with their feedback, draft 2, the approval, the final output and the
-webhooks received, in that order, and which tasks of the DAG played the reviewer.
+By default (Airflow 3.1+) it starts a real Airflow in ``.demo/airflow`` (api-server, scheduler with
+the LocalExecutor, dag-processor and triggerer; SQLite), runs ``example_crew_review_in_airflow`` and
+plays the reviewer through Airflow's REST API, the same call the UI's Required Actions page makes:
+it prints each round's request as the reviewer sees it, requests changes in round 1, approves in
+round 2, then prints the final output, the review record and the webhooks received.
+
+``--ui`` leaves the answering to you: it prints the address, user and password of the Airflow UI,
+and waits while you review in the browser (Ctrl-C stops everything).
+
+``--scripted`` (and Airflow 3.0, which has no human-in-the-loop) runs ``example_crew_human_review``
+with ``airflow dags test`` instead, where two ``CrewResumeOperator`` tasks play the reviewer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_crew.testing import LocalCrewService
 from airflow_provider_crew.testing.dag_runs import airflow_env, crew_connections_env, dags_test, migrate_db
@@ -25,10 +34,25 @@ REVIEWER_TASKS = ("request_changes", "approve")
 # The tasks whose XCom "human_input" holds each draft the crew paused on.
 DRAFT_TASKS = ("kickoff", "request_changes")
 
+REVIEW_DAG_ID = "example_crew_review_in_airflow"
+FEEDBACK = "Add a section on schema evolution."
+APPROVAL = "Good now, publish it."
+ANSWERS = {1: ("Request changes", FEEDBACK), 2: ("Approve", APPROVAL)}
+RUN_TIMEOUT = 600
+BODY_LINES = 40  # of each request's body printed; the whole body is in the UI
+
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--blocking", action="store_true", help="wait in the worker instead of deferring")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ui", action="store_true", help="you review in the Airflow UI; the demo waits")
+    parser.add_argument(
+        "--scripted", action="store_true", help="the scripted-reviewer DAG under `airflow dags test` instead"
+    )
+    parser.add_argument(
+        "--blocking", action="store_true", help="with --scripted: wait in the worker instead of deferring"
+    )
     parser.add_argument(
         "--home", type=Path, default=REPO / ".demo" / "airflow", help="AIRFLOW_HOME to (re)create"
     )
@@ -36,12 +60,171 @@ def main() -> int:
 
     shutil.rmtree(args.home, ignore_errors=True)
     args.home.mkdir(parents=True)
-    env = airflow_env(
-        args.home,
-        REPO / "example_dags",
-        AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=str(not args.blocking),
+    if not args.scripted and not human_in_the_loop_available():
+        print("This Airflow has no human-in-the-loop (it came in 3.1): running the scripted review instead.")
+        args.scripted = True
+    if args.scripted:
+        return scripted_review(args.home, blocking=args.blocking)
+    return review_in_airflow(args.home, ui=args.ui)
+
+
+def human_in_the_loop_available() -> bool:
+    from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
+
+    return AIRFLOW_V_3_1_PLUS
+
+
+# -- the review in Airflow: a real api-server, scheduler, dag-processor and triggerer ---------------
+
+
+def review_in_airflow(home: Path, *, ui: bool) -> int:
+    sys.path.insert(0, str(REPO))
+    from tests.e2e.airflow_stack import AirflowStack
+
+    dags = home.parent / "dags"
+    shutil.rmtree(dags, ignore_errors=True)
+    dags.mkdir(parents=True)
+    shutil.copy(REPO / "example_dags" / f"{REVIEW_DAG_ID}.py", dags)  # only this DAG: parsing stays quick
+    # Agent steps of 1 s (the bundled crews take 0.05 s): the run reads like a real one.
+    with LocalCrewService("review", speed=0.05) as service:
+        receiver = service.webhooks
+        env = {
+            **service.connection_env("crew_review"),
+            "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
+                {"conn_type": "http", "host": receiver.url_for("human"), "password": "demo-webhook-token"}
+            ),
+            "CREW_EXAMPLE_WEBHOOK_BASE": receiver.url_for("").rstrip("/"),
+            # Airflow's bound on a deferring task's process; the review rounds' settle time follows it.
+            "AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5",
+        }
+        airflow = AirflowStack(home, dags, env)
+        print(f"Local crew service: {service.base_url} (crew: review)")
+        print(f"Airflow home: {home} (SQLite). Migrating the database…", flush=True)
+        try:
+            airflow.migrate()
+            print("Starting the api-server, scheduler, dag-processor and triggerer…", flush=True)
+            airflow.start()
+            airflow.wait_for_dag(REVIEW_DAG_ID)
+            run_id = airflow.trigger(REVIEW_DAG_ID)
+            print(f"Triggered {REVIEW_DAG_ID}, run {run_id}.\n", flush=True)
+            if ui:
+                return wait_for_a_person(airflow, run_id)
+            started = time.monotonic()
+            state = answer_each_round(airflow, run_id)
+            seconds = time.monotonic() - started
+            if state != "success":
+                print(
+                    f"DAG run {run_id} ended {state}: {airflow.task_states(REVIEW_DAG_ID, run_id)}",
+                    file=sys.stderr,
+                )
+                return 1
+            history = airflow.xcom(REVIEW_DAG_ID, run_id, "review.result", key="review_history")
+            final = airflow.xcom(REVIEW_DAG_ID, run_id, "review.result")
+            kinds = [hook.kind for hook in receiver.received]
+        except BaseException:
+            for component in airflow.processes:
+                print(f"----- {component} -----\n{airflow.log_tail(component)}", file=sys.stderr)
+            raise
+        finally:
+            airflow.stop()
+    print(f"\nDAG run {run_id}: success in {seconds:.0f} s.\n")
+    print("\n".join(review_record(history, final, kinds)))
+    return 0
+
+
+def answer_each_round(airflow: Any, run_id: str) -> str:
+    """Answer each round's request as soon as it can be answered; the run's final state.
+
+    A round asked again (Airflow failed the round and its retry asks anew; see docs/human-review.md)
+    is answered again the same way.
+    """
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        airflow.check_alive()
+        state = airflow.dag_run_state(REVIEW_DAG_ID, run_id)
+        if state in ("success", "failed"):
+            return state
+        for round_number, (option, feedback) in ANSWERS.items():
+            task_id = f"review.round_{round_number}"
+            detail = airflow.api("GET", airflow.hitl_path(REVIEW_DAG_ID, run_id, task_id), expect=(200, 404))
+            if not detail or detail.get("response_received") or not request_is_open(airflow, run_id, task_id):
+                continue
+            print("\n".join(request_as_seen(detail)))
+            airflow.api(
+                "PATCH",
+                airflow.hitl_path(REVIEW_DAG_ID, run_id, task_id),
+                json={"chosen_options": [option], "params_input": {"feedback": feedback}},
+            )
+            print(f"The reviewer answers {option!r} with feedback {feedback!r}.\n", flush=True)
+        time.sleep(0.5)  # the next look at the run; the loop's own deadline bounds it
+    return airflow.dag_run_state(REVIEW_DAG_ID, run_id)
+
+
+def request_is_open(airflow: Any, run_id: str, task_id: str) -> bool:
+    """The round waits for its answer: ``awaiting_input`` on Airflow 3.3+, ``deferred`` on 3.1-3.2."""
+    return airflow.task_states(REVIEW_DAG_ID, run_id).get(task_id) in ("awaiting_input", "deferred")
+
+
+def request_as_seen(detail: dict[str, Any]) -> list[str]:
+    """A request as the Required Actions page shows it: subject, body (its first lines), options."""
+    body = str(detail.get("body") or "").splitlines()
+    shown = body[:BODY_LINES] + (
+        [f"… ({len(body) - BODY_LINES} more lines in the UI)"] if len(body) > BODY_LINES else []
     )
-    print(f"Airflow home: {args.home} (SQLite). Migrating the database…", flush=True)
+    return [
+        f"== Required action: {detail.get('subject')}",
+        textwrap.indent("\n".join(shown), "   | ", lambda _: True),
+        f"   Options: {', '.join(detail.get('options') or [])}; a 'feedback' field.",
+    ]
+
+
+def review_record(history: list[dict[str, Any]], final: object, webhook_kinds: list[str]) -> list[str]:
+    """What Airflow kept of the review (XCom ``review_history``), the final output and the webhooks."""
+    lines = ["The review, as recorded by each round's task (XCom review_history of review.result):"]
+    for record in history:
+        who = (record.get("responded_by") or {}).get("name") or "?"
+        lines.append(
+            f"  round {record['round']}: {record['answer']!r} by {who}, feedback {record['feedback']!r}, "
+            f"sent to the crew: {record['applied']}"
+        )
+    lines += ["", "Final output:", textwrap.indent(str(final), "  ")]
+    counts = {kind: webhook_kinds.count(kind) for kind in ("human", "task", "step", "crew")}
+    lines += ["", f"Webhooks received: {counts}"]
+    return lines
+
+
+def wait_for_a_person(airflow: Any, run_id: str) -> int:
+    print(
+        f"Review it yourself: open {airflow.base_url}/required_actions and log in as "
+        f"{airflow.username!r} with password {airflow.password!r}.\n"
+        f"The run: {airflow.base_url}/dags/{REVIEW_DAG_ID}/runs/{run_id}\n"
+        "Request changes with some feedback, then approve the redone draft. Ctrl-C stops everything.",
+        flush=True,
+    )
+    try:
+        while (state := airflow.dag_run_state(REVIEW_DAG_ID, run_id)) not in ("success", "failed"):
+            airflow.check_alive()
+            time.sleep(2)
+    except KeyboardInterrupt:
+        return 130
+    print(f"DAG run {run_id} ended {state}. Ctrl-C stops Airflow.", flush=True)
+    try:
+        while True:
+            time.sleep(60)
+    except KeyboardInterrupt:
+        return 0 if state == "success" else 1
+
+
+# -- the scripted review: airflow dags test, two CrewResumeOperator tasks play the reviewer --------
+
+
+def scripted_review(home: Path, *, blocking: bool) -> int:
+    env = airflow_env(
+        home,
+        REPO / "example_dags",
+        AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=str(not blocking),
+    )
+    print(f"Airflow home: {home} (SQLite). Migrating the database…", flush=True)
     migrate_db(env)
 
     with LocalCrewService(["research", "review", "structured"]) as service:
@@ -49,7 +232,7 @@ def main() -> int:
         print(f"Local crew service: {service.base_url} (crews: research, review, structured)")
         env.update(crew_connections_env(service))
         env["CREW_EXAMPLE_WEBHOOK_BASE"] = receiver.url_for("").rstrip("/")
-        mode = "blocking" if args.blocking else "deferrable"
+        mode = "blocking" if blocking else "deferrable"
         print(f"Running `airflow dags test {DAG_ID}` ({mode})…", flush=True)
         started = time.monotonic()
         run = dags_test(DAG_ID, env, cwd=REPO)
@@ -90,7 +273,8 @@ def story(drafts: list[str], feedback: list[dict], final: object, webhook_kinds:
         f"The reviewer in {DAG_ID} is two scripted tasks of the DAG, not a person: "
         f"{REVIEWER_TASKS[0]!r} (CrewResumeOperator, is_approve=False) requests changes and "
         f"{REVIEWER_TASKS[1]!r} (CrewResumeOperator, is_approve=True) approves. To have a person review "
-        "in the Airflow UI, see example_crew_review_in_airflow (CrewHumanReviewOperator).",
+        "in the Airflow UI, see example_crew_review_in_airflow (crew_human_review): the demo without "
+        "--scripted.",
     ]
     rounds = zip(drafts, feedback, REVIEWER_TASKS, strict=True)
     for number, (draft, verdict, task) in enumerate(rounds, start=1):

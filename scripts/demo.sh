@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up the environment if needed, then run the human-review example DAG end to end against the
-# bundled local crew service (SQLite as Airflow's database) and print the final output.
+# Set up the environment if needed, then run a real Airflow (SQLite) and review a crew's draft in it
+# against the bundled local crew service (scripts/demo.py; --ui, --scripted, --blocking).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"

@@ -1,5 +1,6 @@
-"""The README's demo (scripts/demo.py) tells the review story in the order it happened and says
-which tasks of the example DAG played the reviewer."""
+"""The README's demo (scripts/demo.py): by default a real Airflow where the demo plays the reviewer
+through the REST API (Airflow 3.1+); with ``--scripted`` (or on 3.0) ``airflow dags test`` of the DAG
+whose tasks play the reviewer. Both tell the review story in the order it happened."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "scripts" / "demo.py"
@@ -77,10 +80,88 @@ def test_story_refuses_a_run_that_does_not_match_it():
         demo.story(["a", "b"], [{"is_approve": True, "feedback": ""}], "x", [])
 
 
-@pytest.mark.integration
-def test_the_demo_prints_the_story_in_order(tmp_path):
+def test_a_request_is_printed_as_the_required_actions_page_shows_it():
+    demo = load_demo()
+    body = "\n".join(f"line {n}" for n in range(1, demo.BODY_LINES + 6))
+    lines = demo.request_as_seen(
+        {
+            "subject": "Review crew task draft_task (round 1 of 3)",
+            "body": body,
+            "options": ["Approve", "Request changes"],
+        }
+    )
+    text = "\n".join(lines)
+    assert_in_order(
+        text,
+        "Required action: Review crew task draft_task (round 1 of 3)",
+        "| line 1\n",
+        "Options: Approve, Request changes",
+    )
+    assert f"line {demo.BODY_LINES}" in text and f"line {demo.BODY_LINES + 1}" not in text
+    assert "(5 more lines in the UI)" in text
+
+
+def test_the_review_record_names_each_round_its_answer_and_who_gave_it():
+    demo = load_demo()
+    lines = demo.review_record(
+        [
+            {
+                "round": 1,
+                "answer": "Request changes",
+                "feedback": "more",
+                "applied": True,
+                "responded_by": {"name": "admin"},
+            },
+            {"round": 2, "answer": "Approve", "feedback": "ok", "applied": True, "responded_by": None},
+        ],
+        "FINAL",
+        ["human", "human", "crew"],
+    )
+    assert_in_order(
+        "\n".join(lines),
+        "round 1: 'Request changes' by admin, feedback 'more', sent to the crew: True",
+        "round 2: 'Approve' by ?, feedback 'ok'",
+        "Final output:",
+        "FINAL",
+        "Webhooks received: {'human': 2, 'task': 0, 'step': 0, 'crew': 1}",
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="human-in-the-loop needs Airflow 3.1+")
+def test_the_demo_reviews_in_a_real_airflow_round_by_round(tmp_path):
     done = subprocess.run(
         [sys.executable, str(DEMO), "--home", str(tmp_path / "airflow")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert_in_order(
+        out,
+        "Starting the api-server, scheduler, dag-processor and triggerer",
+        "Triggered example_crew_review_in_airflow",
+        "== Required action: Review crew task draft_task (round 1 of 3)",
+        "draft_task by Writer (attempt 1)",
+        "The reviewer answers 'Request changes' with feedback 'Add a section on schema evolution.'",
+        "== Required action: Review crew task draft_task (round 2 of 3)",
+        "draft_task by Writer (attempt 2)",
+        "The reviewer answers 'Approve'",
+        ": success in ",
+        "round 1: 'Request changes' by admin, feedback 'Add a section on schema evolution.', sent to the crew: True",
+        "round 2: 'Approve' by admin",
+        "Final output:",
+        "publish_task by Editor",
+        "Webhooks received: {'human': 2,",
+    )
+
+
+@pytest.mark.integration
+def test_the_scripted_demo_prints_the_story_in_order(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--scripted", "--home", str(tmp_path / "airflow")],
         capture_output=True,
         text=True,
         timeout=600,

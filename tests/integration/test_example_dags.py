@@ -9,6 +9,7 @@ from airflow_provider_crew.testing.dag_runs import DEFAULT_HUMAN_WEBHOOK_TOKEN a
 pytestmark = pytest.mark.integration
 
 MODES = [pytest.param(True, id="deferrable"), pytest.param(False, id="blocking")]
+EXECUTION_PAGE = "https://dashboard.example.test/executions/{kickoff_id}"
 
 
 def assert_waited_as_configured(run, deferrable: bool) -> None:
@@ -31,11 +32,20 @@ SLOW_ENOUGH_TO_DEFER = pytest.mark.crew_service(speed=0.05)
 @SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
 def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
-    run = run_dag("example_crew_kickoff_and_sensor", deferrable=deferrable)
+    run = run_dag(
+        "example_crew_kickoff_and_sensor",
+        deferrable=deferrable,
+        # As the example's docstring shows: an execution page URL gives both tasks the link.
+        extra_env=crew_service.connection_env("crew_default", execution_url_template=EXECUTION_PAGE),
+    )
 
     assert run.state == "success", run.stdout[-3000:]
     assert_waited_as_configured(run, deferrable)
     kickoff_id = run.xcom("kickoff")
+    page = EXECUTION_PAGE.format(kickoff_id=kickoff_id)
+    for task_id in ("kickoff", "wait_for_crew"):  # what the "Crew execution" button opens
+        assert run.xcom(task_id, key="execution_url") == page
+        assert run.xcom(task_id, key="_link_CrewExecutionLink") == page
     execution = crew_service.executions[kickoff_id]
     assert execution["state"] == "SUCCESS"
     assert execution["inputs"] == {"topic": "tidal energy", "current_year": "2026"}
