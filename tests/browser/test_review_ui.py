@@ -107,7 +107,11 @@ def answer_in_ui(
     from playwright.sync_api import expect
 
     option, feedback = ANSWERS[round_number]
-    button = page.get_by_test_id(f"hitl-option-{option}")
+    # Airflow 3.2+ marks each option's button with a test id; 3.1 only labels it.
+    button = page.get_by_test_id(f"hitl-option-{option}").or_(
+        page.get_by_role("button", name=option, exact=True)
+    )
+    button = button.first
     page.goto(round_page(airflow, run_id, round_number), wait_until="domcontentloaded")
     try:
         expect(button).to_be_enabled(timeout=15_000)
@@ -199,7 +203,9 @@ def test_reviewer_requests_changes_then_approves_in_the_ui(stack, steps):
     assert airflow.dag_run_state(DAG_ID, run_id) == "success", airflow.task_states(DAG_ID, run_id)
     page.goto(f"{airflow.base_url}/dags/{DAG_ID}/runs/{run_id}", wait_until="domcontentloaded")
     expect(page.get_by_text("publish").first).to_be_visible(timeout=UI_TIMEOUT_MS)
-    page.get_by_test_id("expand-all-button").click()  # show the rounds in the Grid
+    expand_all = page.get_by_test_id("expand-all-button")  # Airflow 3.2+; 3.1 lists the task instances
+    if expand_all.count():
+        expand_all.click()  # show the rounds in the Grid
     expect(page.get_by_text("round_3").first).to_be_visible(timeout=UI_TIMEOUT_MS)
     steps.shot("run-finished")
     page.goto(f"{airflow.base_url}/required_actions", wait_until="domcontentloaded")
