@@ -40,6 +40,10 @@ APPROVAL = "Good now, publish it."
 ANSWERS = {1: ("Request changes", FEEDBACK), 2: ("Approve", APPROVAL)}
 RUN_TIMEOUT = 600
 BODY_LINES = 40  # of each request's body printed; the whole body is in the UI
+# A person reads the request before answering. An answer within a second or so of the request can
+# meet Airflow 3.3's stale-event race (apache/airflow#72716, docs/human-review.md): Airflow fails
+# the round and its retry asks again. The pause plays the reader, so the demo shows the usual path.
+READING_SECONDS = 3.0
 
 
 def main() -> int:
@@ -149,7 +153,8 @@ def answer_each_round(airflow: Any, run_id: str) -> str:
             detail = airflow.api("GET", airflow.hitl_path(REVIEW_DAG_ID, run_id, task_id), expect=(200, 404))
             if not detail or detail.get("response_received") or not request_is_open(airflow, run_id, task_id):
                 continue
-            print("\n".join(request_as_seen(detail)))
+            print("\n".join(request_as_seen(detail)), flush=True)
+            time.sleep(READING_SECONDS)
             airflow.api(
                 "PATCH",
                 airflow.hitl_path(REVIEW_DAG_ID, run_id, task_id),
