@@ -134,6 +134,23 @@ def _learn_status_style(config: CrewConnectionConfig, style: StatusPathStyle, re
         _learned_status_styles[config.base_url] = style
 
 
+def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
+    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker.
+
+    :param raw: ``connection.extra``.
+    :param invalid: The error message when it is not a JSON object.
+    """
+    if not raw:
+        return {}
+    try:
+        extra = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise CrewConfigurationError(invalid)
+    return extra
+
+
 def connection_extra(connection: Any) -> dict[str, Any]:
     """A connection's extra as a dict, read without Airflow's ``extra_dejson``.
 
@@ -144,18 +161,11 @@ def connection_extra(connection: Any) -> dict[str, Any]:
 
     :param connection: An Airflow connection.
     """
-    raw = connection.extra
-    if not raw:
-        return {}
-    try:
-        extra = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        extra = None
-    if not isinstance(extra, dict):
-        raise CrewConfigurationError(
-            f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it empty "
-            "for the defaults."
-        )
+    extra = extra_as_dict(
+        connection.extra,
+        invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
+        "empty for the defaults.",
+    )
     secrets = [
         extra[key] for key in ("token", f"extra__{CONN_TYPE}__token") if isinstance(extra.get(key), str)
     ]

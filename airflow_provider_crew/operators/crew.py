@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,7 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionFailedError,
     CrewNotFoundError,
 )
-from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.crew import CrewHook, extra_as_dict
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.models import CrewState, HumanInputWebhook, check_webhook_url
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
@@ -78,19 +77,11 @@ def _plain_extra(connection: Any, conn_id: str) -> dict[str, Any]:
     The only extra read here, ``strategy``, is no secret, and Airflow already masked the extra as a
     whole when it fetched the connection.
     """
-    raw = connection.extra
-    if not raw:
-        return {}
-    try:
-        extra = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        extra = None
-    if not isinstance(extra, dict):
-        raise CrewConfigurationError(
-            f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
-            'use e.g. {"strategy": "bearer"} or leave it empty.'
-        )
-    return extra
+    return extra_as_dict(
+        connection.extra,
+        invalid=f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
+        'use e.g. {"strategy": "bearer"} or leave it empty.',
+    )
 
 
 def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:

@@ -543,3 +543,18 @@ def test_a_one_try_call_is_sent_once_even_when_the_service_says_busy(hook, reque
     assert response.status_code == 503
     assert "this call tries only once" in response.note
     assert requests_mock.call_count == 1 and hook.sleeps == []
+
+
+@pytest.mark.parametrize("raw", ["[1, 2]", "not json", '"text"'])
+def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_parameter(raw):
+    from types import SimpleNamespace
+
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+    from airflow_provider_crew.hooks.crew import connection_extra
+    from airflow_provider_crew.operators.crew import _plain_extra
+
+    with pytest.raises(CrewConfigurationError, match=r"Connection 'crew_x': the extra is not a JSON object"):
+        connection_extra(SimpleNamespace(conn_id="crew_x", extra=raw))
+    with pytest.raises(CrewConfigurationError, match=r"human_input_webhook_conn_id='hook_x'.*not a JSON object"):
+        _plain_extra(SimpleNamespace(conn_id="hook_x", extra=raw), "hook_x")
+    assert connection_extra(SimpleNamespace(conn_id="crew_x", extra="")) == {}
