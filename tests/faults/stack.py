@@ -110,18 +110,10 @@ class FaultStack(AirflowStack):
         self.started.append((component, process))
         component.known[process.pid] = psutil.Process(process.pid)  # stop() starts from it
 
-    def check_alive(self) -> None:
-        for name, process in self.processes.items():
-            if self.components[name].killed_at is None and process.poll() is not None:
-                raise RuntimeError(f"airflow {name} exited with {process.returncode}:\n{self.log_tail(name)}")
-
-    def kill(self, name: str) -> float:
-        """SIGKILL a component and every process under it (its tasks too); returns the time."""
-        component = self.components[name]
-        component.killed_at = time.monotonic()
-        _kill_tree(component, self.processes[name], signal.SIGKILL)
-        self.processes[name].wait(timeout=30)
-        return component.killed_at
+    # The distributed cluster's own: fail fast on a component that died unkilled; SIGKILL one and
+    # every process under it (its tasks too), returning the time.
+    check_alive = CeleryCluster.check_alive
+    kill = CeleryCluster.kill
 
     def restart(self, name: str) -> None:
         """Start a new process of a killed component."""
