@@ -39,6 +39,8 @@ FEEDBACK = "Add a section on schema evolution."
 APPROVAL = "Good now, publish it."
 ANSWERS = {1: ("Request changes", FEEDBACK), 2: ("Approve", APPROVAL)}
 RUN_TIMEOUT = 600
+# A round waits for its answer in these states: ``awaiting_input`` on Airflow 3.3+, ``deferred`` on 3.1-3.2.
+WAITING_STATES = ("awaiting_input", "deferred")
 BODY_LINES = 40  # of each request's body printed; the whole body is in the UI
 # A person reads the request before answering. An answer within a second or so of the request can
 # meet Airflow 3.3's stale-event race (apache/airflow#72716, docs/human-review.md): Airflow fails
@@ -148,10 +150,13 @@ def answer_each_round(airflow: Any, run_id: str) -> str:
         state = airflow.dag_run_state(REVIEW_DAG_ID, run_id)
         if state in ("success", "failed"):
             return state
+        states = airflow.task_states(REVIEW_DAG_ID, run_id)
         for round_number, (option, feedback) in ANSWERS.items():
             task_id = f"review.round_{round_number}"
+            if states.get(task_id) not in WAITING_STATES:
+                continue
             detail = airflow.api("GET", airflow.hitl_path(REVIEW_DAG_ID, run_id, task_id), expect=(200, 404))
-            if not detail or detail.get("response_received") or not request_is_open(airflow, run_id, task_id):
+            if not detail or detail.get("response_received"):
                 continue
             print("\n".join(request_as_seen(detail)), flush=True)
             time.sleep(READING_SECONDS)
@@ -163,11 +168,6 @@ def answer_each_round(airflow: Any, run_id: str) -> str:
             print(f"The reviewer answers {option!r} with feedback {feedback!r}.\n", flush=True)
         time.sleep(0.5)  # the next look at the run; the loop's own deadline bounds it
     return airflow.dag_run_state(REVIEW_DAG_ID, run_id)
-
-
-def request_is_open(airflow: Any, run_id: str, task_id: str) -> bool:
-    """The round waits for its answer: ``awaiting_input`` on Airflow 3.3+, ``deferred`` on 3.1-3.2."""
-    return airflow.task_states(REVIEW_DAG_ID, run_id).get(task_id) in ("awaiting_input", "deferred")
 
 
 def request_as_seen(detail: dict[str, Any]) -> list[str]:
