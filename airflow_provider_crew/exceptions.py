@@ -73,6 +73,14 @@ class CrewOutcomeUnknownError(CrewError, AirflowFailException):
     """
 
 
+class CrewKickoffNotRecordedError(CrewError, AirflowFailException):
+    """An execution started, but Airflow could not record its id where a retry looks for it.
+
+    The task fails without using its retries, because a retry that cannot find the execution would
+    start a second, paid one; the message names the running execution.
+    """
+
+
 class CrewExecutionFailedError(CrewError):
     """The execution ended FAILED or REVOKED."""
 

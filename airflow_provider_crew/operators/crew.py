@@ -21,6 +21,7 @@ from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
     CrewExecutionFailedError,
+    CrewKickoffNotRecordedError,
     CrewNotFoundError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook, extra_as_dict
@@ -203,6 +204,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+).
     STATE_KEY = "crew_kickoff_id"
+    # How long to keep trying to write it while Airflow's API server is overloaded.
+    STATE_STORE_PATIENCE = 120.0
 
     def __init__(
         self,
@@ -356,10 +359,15 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         )
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
-        # For waits downstream (kickoff_id=kickoff.output): their 404 grace counts from the kickoff.
-        context["ti"].xcom_push(
-            key=XCOM_KICKED_OFF_AT, value=kicked_off_at_record(kickoff_id, self._kicked_off_at)
-        )
+        return kickoff_id
+
+    def _publish_kickoff(self, context: Context, kickoff_id: str) -> None:
+        """Tell downstream tasks about the execution (again, after a retry reattached to it)."""
+        if self._kicked_off_at is not None:
+            # For waits downstream (kickoff_id=kickoff.output): their 404 grace counts from the kickoff.
+            context["ti"].xcom_push(
+                key=XCOM_KICKED_OFF_AT, value=kicked_off_at_record(kickoff_id, self._kicked_off_at)
+            )
         # Kept (without credentials) so CrewResumeOperator can re-supply them: the service forgets
         # webhook addresses at resume (docs/contract.md).
         context["ti"].xcom_push(
@@ -369,13 +377,21 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 **{name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS},
             },
         )
-        return kickoff_id
 
     def _reattach_or_kickoff(self, context: Context, hook: CrewHook) -> str:
         """On Airflow 3.3+, a retry reattaches to the execution an earlier try started."""
         store = self._state_store(context)
-        if store is None:
-            return self._kickoff(context, hook)
+        kickoff_id = self._previous_execution(store, hook) if store is not None else None
+        if kickoff_id is None:
+            kickoff_id = self._kickoff(context, hook)
+            if store is not None:
+                # Before anything else can fail: a retry must find this execution, not start another.
+                self._remember_execution(store, kickoff_id)
+        self._publish_kickoff(context, kickoff_id)
+        return kickoff_id
+
+    def _previous_execution(self, store: Any, hook: CrewHook) -> str | None:
+        """The execution an earlier try started and a retry should reattach to, if any."""
         previous = store.get(self.STATE_KEY)
         if previous:
             try:
@@ -391,9 +407,37 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 )
                 return str(previous)
             self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", previous)
-        kickoff_id = self._kickoff(context, hook)
-        store.set(self.STATE_KEY, kickoff_id)
-        return kickoff_id
+        return None
+
+    def _remember_execution(self, store: Any, kickoff_id: str) -> None:
+        """Record the execution for a retry, repeating the write while Airflow's API is overloaded.
+
+        Without the record a retry would start a second execution, so when it cannot be written
+        within ``STATE_STORE_PATIENCE`` seconds the task fails without retry, naming the execution.
+        """
+        deadline = time.monotonic() + self.STATE_STORE_PATIENCE
+        pause = 1.0
+        while True:
+            try:
+                store.set(self.STATE_KEY, kickoff_id)
+                return
+            except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
+                if time.monotonic() + pause > deadline:
+                    raise CrewKickoffNotRecordedError(
+                        f"Crew execution {kickoff_id} started, but Airflow could not record its id for "
+                        f"a retry to reattach to ({type(error).__name__}: {error}). The task fails "
+                        "without retry so that no second execution starts; the execution keeps running: "
+                        f"follow it with CrewStatusSensor(kickoff_id={kickoff_id!r}) or cancel it at "
+                        "the service."
+                    ) from error
+                self.log.warning(
+                    "Could not record crew execution %s for retries (%s); trying again in %.0f s.",
+                    kickoff_id,
+                    error,
+                    pause,
+                )
+                time.sleep(pause)
+                pause = min(pause * 2, 15.0)
 
     def _state_store(self, context: Context) -> Any:
         return task_state_store(context)

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError
+from airflow_provider_crew._compat import AirflowFailException
+from airflow_provider_crew.exceptions import (
+    CrewBadRequestError,
+    CrewConfigurationError,
+    CrewKickoffNotRecordedError,
+)
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator, _human_input_webhook
 
@@ -107,3 +112,83 @@ def test_human_input_webhook_from_connection_bearer_and_basic(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "login": "u", "password": "pw-123456"}))
     basic = _human_input_webhook("https://other.test/h", "human_hook").to_wire()
     assert basic == {"url": "https://other.test/h", "authentication": {"strategy": "basic", "username": "u", "password": "pw-123456"}}
+
+
+# -- a retry's record of the execution (the task state store, Airflow 3.3+) -------------------------
+
+
+class FakeStateStore:
+    """The task state store, whose writes fail ``failures`` times first (an overloaded API server)."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.values: dict[str, object] = {}
+        self.failures = failures
+        self.attempts = 0
+
+    def get(self, key: str) -> object:
+        return self.values.get(key)
+
+    def set(self, key: str, value: object) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise RuntimeError("API_SERVER_ERROR: timed out")
+        self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+class XComDownTI(FakeTI):
+    """A task instance whose XCom pushes fail, as they do while Airflow's API server is swamped."""
+
+    def xcom_push(self, key: str, value: object) -> None:
+        raise RuntimeError("API_SERVER_ERROR: timed out")
+
+
+def _kickoff_operator(store: FakeStateStore, monkeypatch: pytest.MonkeyPatch, **kwargs) -> CrewKickoffOperator:
+    op = CrewKickoffOperator(task_id="k", inputs={"topic": "ops", "current_year": "2026"}, deferrable=False,
+                             poll_interval=0.1, **kwargs)
+    monkeypatch.setattr(op, "_state_store", lambda context: store)
+    return op
+
+
+def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattaches(
+    crew_service, crew_connection, monkeypatch
+):
+    store = FakeStateStore()
+    first_try = _kickoff_operator(store, monkeypatch)
+    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+        first_try.execute({"ti": XComDownTI()})  # the first XCom push after the kickoff fails
+    [kickoff_id] = crew_service.executions
+    assert store.values == {CrewKickoffOperator.STATE_KEY: kickoff_id}
+
+    retry = _kickoff_operator(store, monkeypatch)
+    ti = FakeTI()
+    assert retry.execute({"ti": ti}) == kickoff_id
+    assert crew_service.request_count("kickoff") == 1
+    # The retry tells downstream tasks about the execution again (a new try starts with no XCom).
+    assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
+    assert store.values == {}  # done with it: a cleared task starts a new execution
+
+
+def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, crew_connection, monkeypatch):
+    store = FakeStateStore(failures=2)
+    op = _kickoff_operator(store, monkeypatch, wait_for_completion=False)
+    kickoff_id = op.execute({"ti": FakeTI()})
+    assert store.attempts == 3 and crew_service.request_count("kickoff") == 1
+    assert list(crew_service.executions) == [kickoff_id]
+
+
+def test_an_execution_that_cannot_be_recorded_fails_the_task_without_retry_naming_it(
+    crew_service, crew_connection, monkeypatch
+):
+    store = FakeStateStore(failures=1_000)
+    op = _kickoff_operator(store, monkeypatch)
+    monkeypatch.setattr(op, "STATE_STORE_PATIENCE", 2.5)
+    with pytest.raises(CrewKickoffNotRecordedError) as caught:
+        op.execute({"ti": FakeTI()})
+    [kickoff_id] = crew_service.executions
+    assert isinstance(caught.value, AirflowFailException)  # no retry, which would start a second one
+    assert f"Crew execution {kickoff_id} started" in str(caught.value)
+    assert f"CrewStatusSensor(kickoff_id={kickoff_id!r})" in str(caught.value)
+    assert store.attempts >= 2 and crew_service.request_count("kickoff") == 1
