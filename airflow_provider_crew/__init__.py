@@ -33,7 +33,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": modules("hooks"),
-        "operators": modules("operators", "human_review"),
+        "operators": modules("operators", "resume", "review_task", "review_round", "human_review"),
         "sensors": modules("sensors"),
         "triggers": modules("triggers"),
         "extra-links": ["airflow_provider_crew.links.crew.CrewExecutionLink"],

@@ -3,8 +3,8 @@ approves, the crew finishes.
 
 kickoff (returns at the pause) -> request changes (waits for the next pause) -> approve (waits for
 completion) -> publish. Here the "reviewer" is two scripted tasks of this DAG, ``request_changes``
-and ``approve``; CrewHumanReviewOperator (example_crew_review_in_airflow) puts a person in the
-Airflow UI instead.
+and ``approve``; crew_human_review (example_crew_review_in_airflow) puts a person in the Airflow
+UI instead.
 
 Connections:
 - ``crew_review``: the crew (host = base URL, password = bearer token).
@@ -23,7 +23,8 @@ import os
 import pendulum
 from airflow.sdk import DAG, XComArg, task
 
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 
 # [START howto_operator_crew_kickoff_webhooks]
 WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")  # e.g. https://hooks.example.com/crew

@@ -29,8 +29,8 @@ def crew_conn(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture(autouse=True)
 def _forget_learned_status_paths():
     """The hook learns a service's status path per process; every test starts without that memory."""
-    from airflow_provider_crew.hooks import crew as crew_module
+    from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
 
-    crew_module._learned_status_styles.clear()
+    LEARNED_STATUS_PATHS.forget()
     yield
-    crew_module._learned_status_styles.clear()
+    LEARNED_STATUS_PATHS.forget()

@@ -6,7 +6,8 @@ values: a token or a webhook credential may be among them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -23,6 +24,8 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.retry import outcome_unknown
 from airflow_provider_crew.hooks.transport import Call, Response
 from airflow_provider_crew.models import ServiceError
+
+T = TypeVar("T")
 
 
 def raise_for_response(call: Call, response: Response) -> None:
@@ -75,6 +78,24 @@ def parse_json(call: Call, response: Response) -> Any:
             ),
             endpoint=call.endpoint,
             status_code=response.status_code,
+        ) from None
+
+
+def read_get_answer(call: Call, response: Response, parse: Callable[[Any], T]) -> T:
+    """A GET's answer, read by ``parse``: a body it cannot read is the service's error.
+
+    :param call: The request.
+    :param response: Its answer.
+    :param parse: Reads the JSON body; raises ``ValueError`` when it is not what the contract says.
+    """
+    payload = parse_json(call, response)
+    try:
+        return parse(payload)
+    except ValueError as error:
+        raise CrewServerError(
+            call.explain(f"{call.endpoint} answered with an unexpected body: {error}"),
+            endpoint=call.endpoint,
+            status_code=200,
         ) from None
 
 

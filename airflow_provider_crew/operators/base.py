@@ -1,12 +1,14 @@
 """What every crew task shares (the kickoff, resume and review operators and the status sensor).
 
-Checking the kickoff id and the wait's timing, finding when the execution was kicked off, starting a
-wait (deferred to :class:`~airflow_provider_crew.triggers.crew.CrewStatusTrigger` or blocking in the
-worker), validating the trigger's event, and turning the outcome into XCom values or an error. The
-rules of a wait themselves are in :mod:`airflow_provider_crew.waiting`.
+Checking the kickoff id, the webhook URLs and the wait's timing, finding when the execution was
+kicked off and which webhook addresses a resume sends again, starting a wait (deferred to
+:class:`~airflow_provider_crew.triggers.crew.CrewStatusTrigger` or blocking in the worker),
+validating the trigger's event, and turning the outcome into XCom values or an error. The rules of
+a wait themselves are in :mod:`airflow_provider_crew.waiting`.
 
-Imports go one way: ``operators/crew.py``, ``operators/human_review.py`` and ``sensors/crew.py``
-import this module; it imports the hook, the trigger and ``waiting``, never an operator or sensor.
+Imports go one way: ``operators/crew.py``, ``operators/resume.py``, ``operators/human_review.py``
+and ``sensors/crew.py`` import this module; it imports the hook, the trigger and ``waiting``, never
+an operator or sensor.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionTimeoutError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.models import CrewStatus, check_webhook_url
 from airflow_provider_crew.waiting import (
     DEFAULT_NOT_FOUND_GRACE,
     CrewWaitEvent,
@@ -48,6 +50,10 @@ XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
+
+DEFAULT_TIMEOUT = timedelta(hours=24)
+# The notification webhooks a kickoff gives and a resume must give again (the service forgets them).
+WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
 
 
 def seconds(value: timedelta | float | int, parameter: str) -> float:
@@ -85,6 +91,81 @@ def upstream_task_id(value: Any) -> str | None:
         operator = getattr(value, "operator", None)
         return getattr(operator, "task_id", None)
     return None
+
+
+def is_template_or_xcom(value: Any) -> bool:
+    """Whether ``value`` only gets its final form at task start; it is validated then.
+
+    :param value: A parameter's value as given in the DAG.
+    """
+    from airflow.sdk import XComArg
+
+    return isinstance(value, XComArg) or (isinstance(value, str) and "{{" in value)
+
+
+def check_webhook_parameter(value: Any, parameter: str) -> None:
+    """Fail, naming ``parameter``, when ``value`` is no http(s) URL. Empty and templated values pass.
+
+    :param value: The webhook URL, None or empty for none.
+    :param parameter: The parameter's name, for the error.
+    """
+    if value is None or value == "" or is_template_or_xcom(value):
+        return
+    try:
+        check_webhook_url(value, parameter)
+    except ValueError as error:
+        raise CrewConfigurationError(str(error)) from None
+
+
+def resume_webhook_addresses(
+    context: Context,
+    execution_id: str,
+    *,
+    given: dict[str, str | None],
+    kickoff_task_id: str | None,
+    carry_over: bool,
+    log: Any,
+) -> dict[str, str | None]:
+    """The webhook addresses to send with ``POST /resume``: those given, else the kickoff's.
+
+    The service forgets webhook addresses at resume (docs/contract.md); the kickoff task kept its
+    own in XCom (without credentials) so every resume can re-supply them.
+
+    :param execution_id: The execution being resumed.
+    :param given: The addresses the resuming task was given, by parameter name (None: not given).
+    :param kickoff_task_id: The kickoff task whose XCom ``webhooks`` holds the kickoff's addresses.
+    :param carry_over: Whether to fill the addresses not given from the kickoff's.
+    :param log: The task's logger.
+    """
+    if not carry_over or all(given.values()):
+        return given
+    if not kickoff_task_id:
+        log.warning(
+            "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
+            "notifications after this resume go only to the addresses given here (docs/contract.md). "
+            "Pass kickoff_task_id, or kickoff_id=kickoff.output.",
+            execution_id,
+        )
+        return given
+    kept = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_WEBHOOKS)
+    if isinstance(kept, list):  # a mapped kickoff pulled from an unmapped task: find ours
+        kept = next(
+            (item for item in kept if isinstance(item, dict) and item.get("kickoff_id") == execution_id), None
+        )
+    if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
+        log.warning(
+            "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
+            "to the addresses given here (docs/contract.md).",
+            kickoff_task_id,
+            execution_id,
+        )
+        return given
+    carried = {name: given[name] or kept.get(name) for name in WEBHOOK_PARAMETERS}
+    log.info(
+        "Carrying over the kickoff's webhook addresses for %s",
+        ", ".join(name for name in WEBHOOK_PARAMETERS if carried[name] and not given[name]) or "nothing",
+    )
+    return carried
 
 
 def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:

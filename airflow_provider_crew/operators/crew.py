@@ -1,43 +1,40 @@
-"""Operators that start crew executions and send human feedback to paused ones."""
+"""The operator that starts a crew execution and, by default, waits for it.
+
+``CrewResumeOperator`` lives in :mod:`airflow_provider_crew.operators.resume`; it is importable from
+here too, where DAGs have long imported it.
+"""
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
-
-from airflow_provider_crew._compat import (
-    BaseHook,
-    BaseOperator,
-    default_deferrable,
-    task_state_store,
-)
+from airflow_provider_crew._compat import BaseOperator, default_deferrable, task_state_store
 from airflow_provider_crew.exceptions import (
-    CrewBadRequestError,
     CrewConfigurationError,
-    CrewError,
     CrewExecutionFailedError,
     CrewKickoffNotRecordedError,
     CrewNotFoundError,
 )
-from airflow_provider_crew.hooks.crew import CrewHook, extra_as_dict
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.human_input import human_input_webhook
 from airflow_provider_crew.links.crew import CrewExecutionLink
-from airflow_provider_crew.models import CrewState, HumanInputWebhook, check_webhook_url
+from airflow_provider_crew.models import CrewState
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
+    DEFAULT_TIMEOUT,
+    WEBHOOK_PARAMETERS,
     XCOM_KICKED_OFF_AT,
     XCOM_KICKOFF_ID,
-    XCOM_RESUME,
     XCOM_WEBHOOKS,
     CrewWaitMixin,
-    checked_kickoff_id,
+    check_webhook_parameter,
+    is_template_or_xcom,
     kicked_off_at_record,
-    upstream_task_id,
 )
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.waiting import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
@@ -49,83 +46,7 @@ from airflow_provider_crew.waiting import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-DEFAULT_TIMEOUT = timedelta(hours=24)
 ON_HUMAN_INPUT_CHOICES = ("return", "fail", "wait")
-WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
-
-
-def _is_template_or_xcom(value: Any) -> bool:
-    """Values that only get their final form at task start; they are validated then."""
-    from airflow.sdk import XComArg
-
-    return isinstance(value, XComArg) or (isinstance(value, str) and "{{" in value)
-
-
-def check_webhook_parameter(value: Any, parameter: str) -> None:
-    if value is None or value == "" or _is_template_or_xcom(value):
-        return
-    try:
-        check_webhook_url(value, parameter)
-    except ValueError as error:
-        raise CrewConfigurationError(str(error)) from None
-
-
-def _plain_extra(connection: Any, conn_id: str) -> dict[str, Any]:
-    """The connection's extra as a dict, read without ``extra_dejson``.
-
-    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
-    secret as it's too short (<5 chars)" for any short value, secret or not (``"30"``, ``"true"``).
-    The only extra read here, ``strategy``, is no secret, and Airflow already masked the extra as a
-    whole when it fetched the connection.
-    """
-    return extra_as_dict(
-        connection.extra,
-        invalid=f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
-        'use e.g. {"strategy": "bearer"} or leave it empty.',
-    )
-
-
-def _human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
-    """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
-
-    Password alone: bearer token. Login and password: basic. ``{"strategy": ...}`` in the
-    connection's extra overrides the guess. Without ``url``, the connection's host is the URL.
-    """
-    connection = BaseHook.get_connection(conn_id)
-    url = url or connection.host
-    if not url:
-        raise CrewConfigurationError(
-            f"No human-input webhook URL: give human_input_webhook_url, or put the URL in the host of "
-            f"connection {conn_id!r}."
-        )
-    login, password = connection.login or None, connection.password or None
-    strategy = _plain_extra(connection, conn_id).get("strategy") or ("basic" if login else "bearer")
-    if not password:
-        raise CrewConfigurationError(
-            f"human_input_webhook_conn_id={conn_id!r}: the connection has no password. Put the bearer token "
-            "the service must send in its password field (or a login and password for basic auth)."
-        )
-    if strategy == "bearer":
-        authentication: dict[str, Any] = {"strategy": "bearer", "token": password}
-    elif strategy == "basic":
-        if not login:
-            raise CrewConfigurationError(
-                f"human_input_webhook_conn_id={conn_id!r}: strategy 'basic' needs the connection's login."
-            )
-        authentication = {"strategy": "basic", "username": login, "password": password}
-    else:
-        raise CrewConfigurationError(
-            f"human_input_webhook_conn_id={conn_id!r}: extra 'strategy' is {strategy!r}; "
-            "use 'bearer' or 'basic'."
-        )
-    try:
-        return HumanInputWebhook.model_validate({"url": url, "authentication": authentication})
-    except ValueError:
-        # The model's message could echo the credential; name the fields instead.
-        raise CrewConfigurationError(
-            f"human_input_webhook_url={url!r} with connection {conn_id!r} is not a valid human-input "
-            "webhook: the URL must be http(s) and the connection must hold a token or a login and password."
-        ) from None
 
 
 class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
@@ -252,7 +173,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     # -- validation at DAG parse (and again at task start, for templated values) ------------------
 
     def _validate_inputs_shape(self) -> None:
-        if _is_template_or_xcom(self.inputs) or isinstance(self.inputs, Mapping):
+        if is_template_or_xcom(self.inputs) or isinstance(self.inputs, Mapping):
             return
         raise CrewConfigurationError(
             f"inputs must be a mapping of input name to value, e.g. {{'topic': 'AI'}}; got "
@@ -342,8 +263,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         assert isinstance(self.inputs, Mapping)
         if self.validate_inputs:
             self._check_inputs_against_crew(hook, self.inputs)
-        human_input_webhook = (
-            _human_input_webhook(self.human_input_webhook_url, self.human_input_webhook_conn_id)
+        pause_webhook = (
+            human_input_webhook(self.human_input_webhook_url, self.human_input_webhook_conn_id)
             if self.human_input_webhook_conn_id
             else None
         )
@@ -355,7 +276,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             task_webhook_url=self.task_webhook_url or None,
             step_webhook_url=self.step_webhook_url or None,
             crew_webhook_url=self.crew_webhook_url or None,
-            human_input_webhook=human_input_webhook,
+            human_input_webhook=pause_webhook,
         )
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
@@ -448,259 +369,5 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             store.delete(self.STATE_KEY)
 
 
-class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
-    """
-    Send human feedback to an execution paused in Pending Human Input (``POST /resume``).
-
-    ``is_approve=True`` lets the crew continue; ``False`` has it redo the paused task with
-    ``human_feedback`` as context, after which it pauses again. ``human_feedback`` is sent as
-    given, also when approving (the contract makes it context for later tasks).
-
-    The service forgets webhook addresses at resume (docs/contract.md). By default this operator
-    sends again the ones the kickoff of the same execution used. It reads them from the kickoff
-    task's XCom ``webhooks``, which holds no credentials, found through ``kickoff_id=kickoff.output``
-    or ``kickoff_task_id``. Addresses given here take precedence.
-
-    Resuming an execution that is not paused fails with an error that gives its current state.
-
-    :param kickoff_id: Required. The execution to resume: the kickoff id, usually
-        ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
-    :param crew_task_id: The paused crew task the feedback is about, e.g.
-        ``"{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}"``. The service
-        also accepts the task's name.
-    :param human_feedback: The feedback text. Required, non-blank, when ``is_approve=False``.
-    :param is_approve: ``True`` to approve and continue; ``False`` to have the task redone with
-        the feedback. May be a template that renders to a bool.
-    :param crew_conn_id: The ``crew`` connection.
-    :param task_webhook_url: Task-completion webhook to use after the resume.
-    :param step_webhook_url: Agent-step webhook to use after the resume.
-    :param crew_webhook_url: Crew-completion webhook to use after the resume.
-    :param carry_over_webhooks: Send again the kickoff's webhook URLs that are not given here.
-    :param kickoff_task_id: The kickoff task whose webhook URLs to carry over; found from
-        ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
-    :param wait_for: ``None`` returns right after ``POST /resume``; ``"human_input"`` waits for
-        the next pause or the end; ``"completion"`` waits for the end.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
-        Airflow's ``[operators] default_deferrable``.
-    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
-        up to ``max_poll_interval``.
-    :param max_poll_interval: Longest interval between status polls, in seconds.
-    :param timeout: How long to wait, in seconds or as a timedelta.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send the output
-        to lineage backends. Off by default, since they may be private; the input names, the
-        state, the progress and the token usage are always sent (docs/lineage.md).
-    :param execution_id: Deprecated: the old name of ``kickoff_id``. It still works and warns with
-        ``AirflowProviderDeprecationWarning``.
-
-    :xcom return_value: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
-        "message": ...}``. With ``wait_for``, it also has ``"outcome"``: ``"succeeded"`` or
-        ``"paused"``.
-    :xcom output: With ``wait_for``, when the execution finished: its final output.
-    :xcom human_input: With ``wait_for="human_input"``, when the execution paused again:
-        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
-    :xcom status: With ``wait_for``: the last status record.
-    :xcom resume: With ``wait_for``: the ``/resume`` answer, kept across a deferral.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL
-        template; pushed before ``POST /resume``. The task's "Crew execution" link opens it.
-    """
-
-    template_fields: Sequence[str] = (
-        "kickoff_id",
-        "crew_task_id",
-        "human_feedback",
-        "is_approve",
-        "task_webhook_url",
-        "step_webhook_url",
-        "crew_webhook_url",
-    )
-    ui_color = "#fde8d8"
-    operator_extra_links = (CrewExecutionLink(),)
-
-    def __init__(
-        self,
-        *,
-        kickoff_id: str | Any = None,
-        crew_task_id: str | Any,
-        human_feedback: str | Any = "",
-        is_approve: bool | Any,
-        crew_conn_id: str = CrewHook.default_conn_name,
-        task_webhook_url: str | None = None,
-        step_webhook_url: str | None = None,
-        crew_webhook_url: str | None = None,
-        carry_over_webhooks: bool = True,
-        kickoff_task_id: str | None = None,
-        wait_for: str | None = None,
-        deferrable: bool = default_deferrable(),
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
-        timeout: timedelta | float = DEFAULT_TIMEOUT,
-        openlineage_include_values: bool = False,
-        execution_id: str | Any = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.kickoff_id = _kickoff_id_or_old_name(kickoff_id, execution_id)
-        self.crew_task_id = crew_task_id
-        self.human_feedback = human_feedback
-        self.is_approve = is_approve
-        self.crew_conn_id = crew_conn_id
-        self.task_webhook_url = task_webhook_url
-        self.step_webhook_url = step_webhook_url
-        self.crew_webhook_url = crew_webhook_url
-        self.carry_over_webhooks = carry_over_webhooks
-        self.kickoff_task_id = kickoff_task_id or upstream_task_id(self.kickoff_id)
-        self.wait_for = WaitFor.parse(wait_for) if wait_for is not None else None
-        self.deferrable = deferrable
-        self.openlineage_include_values = openlineage_include_values
-        self._set_wait_timing(
-            poll_interval=poll_interval, max_poll_interval=max_poll_interval, timeout=timeout
-        )
-        for parameter in WEBHOOK_PARAMETERS:
-            check_webhook_parameter(getattr(self, parameter), parameter)
-        self._validate_feedback()
-
-    def _validate_feedback(self) -> None:
-        if _is_template_or_xcom(self.is_approve):
-            return
-        if not isinstance(self.is_approve, bool):
-            raise CrewConfigurationError(
-                f"is_approve must be True (approve) or False (request changes), got {self.is_approve!r}."
-            )
-        feedback = self.human_feedback
-        if not self.is_approve and not _is_template_or_xcom(feedback) and not str(feedback or "").strip():
-            raise CrewConfigurationError(
-                "human_feedback is empty but is_approve=False: say what the crew should change."
-            )
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        self._validate_feedback()
-        if not isinstance(self.is_approve, bool):
-            raise CrewConfigurationError(f"is_approve rendered to {self.is_approve!r}; it must be a bool.")
-        for parameter in WEBHOOK_PARAMETERS:
-            check_webhook_parameter(getattr(self, parameter), parameter)
-        execution_id = checked_kickoff_id(self.kickoff_id)
-        webhooks = self._webhook_addresses(context, execution_id)
-        hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        self._record_execution(context, hook, execution_id)  # the execution link and lineage
-        try:
-            result = hook.resume(
-                execution_id,
-                str(self.crew_task_id),
-                str(self.human_feedback or ""),
-                self.is_approve,
-                **webhooks,
-            )
-        except CrewBadRequestError as error:
-            raise self._not_paused_error(hook, execution_id, error) from None
-        self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
-        summary = {"status": result.status.value, "message": result.message}
-        if self.wait_for is None:
-            return summary
-        # Kept for execute_complete: XCom survives a deferral, instance attributes do not.
-        context["ti"].xcom_push(key=XCOM_RESUME, value=summary)
-        wait_result = self._wait(
-            context, execution_id, wait_for=self.wait_for, timeout=self.timeout, hook=hook
-        )
-        return self._finish(context, execution_id, wait_result, summary)
-
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        execution_id, result = self._result_from_event(event)
-        summary = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_RESUME) or {}
-        return self._finish(context, execution_id, result, summary)
-
-    def _finish(
-        self, context: Context, execution_id: str, result: WaitResult, summary: dict[str, Any]
-    ) -> dict[str, Any]:
-        self._raise_for_outcome(execution_id, result)
-        self._push_result(context, execution_id, result)
-        return summary | {"outcome": result.outcome.value}
-
-    def _webhook_addresses(self, context: Context, execution_id: str) -> dict[str, str | None]:
-        return resume_webhook_addresses(
-            context,
-            execution_id,
-            given={name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS},
-            kickoff_task_id=self.kickoff_task_id,
-            carry_over=self.carry_over_webhooks,
-            log=self.log,
-        )
-
-    def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
-        try:
-            current = hook.get_status(execution_id).describe()
-        except CrewError as status_error:
-            current = f"unknown ({status_error})"
-        return CrewBadRequestError(
-            f"Crew execution {execution_id} could not be resumed: it is not waiting for human input "
-            f"(current state: {current}). The service said: {error.service_message or error}",
-            endpoint=error.endpoint,
-            status_code=error.http_status,
-            service_message=error.service_message,
-        )
-
-
-def _kickoff_id_or_old_name(kickoff_id: Any, execution_id: Any) -> Any:
-    """``kickoff_id``, or the value given under its old name ``execution_id`` (with a warning)."""
-    if execution_id is None:
-        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
-            raise CrewConfigurationError(
-                "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."
-            )
-        return kickoff_id
-    if kickoff_id is not None:
-        raise CrewConfigurationError(
-            "Both kickoff_id and execution_id are given; execution_id is the old name of kickoff_id. "
-            "Pass kickoff_id only."
-        )
-    warnings.warn(
-        "CrewResumeOperator(execution_id=...) is deprecated; pass kickoff_id=... instead (same value, "
-        "the name the sensor and the other operators use).",
-        AirflowProviderDeprecationWarning,
-        stacklevel=3,
-    )
-    return execution_id
-
-
-def resume_webhook_addresses(
-    context: Context,
-    execution_id: str,
-    *,
-    given: dict[str, str | None],
-    kickoff_task_id: str | None,
-    carry_over: bool,
-    log: Any,
-) -> dict[str, str | None]:
-    """The webhook addresses to send with ``POST /resume``: those given, else the kickoff's.
-
-    The service forgets webhook addresses at resume (docs/contract.md); the kickoff task kept its
-    own in XCom (without credentials) so every resume can re-supply them.
-    """
-    if not carry_over or all(given.values()):
-        return given
-    if not kickoff_task_id:
-        log.warning(
-            "No kickoff task known for execution %s, so its webhook addresses cannot be carried over: "
-            "notifications after this resume go only to the addresses given here (docs/contract.md). "
-            "Pass kickoff_task_id, or kickoff_id=kickoff.output.",
-            execution_id,
-        )
-        return given
-    kept = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_WEBHOOKS)
-    if isinstance(kept, list):  # a mapped kickoff pulled from an unmapped task: find ours
-        kept = next(
-            (item for item in kept if isinstance(item, dict) and item.get("kickoff_id") == execution_id), None
-        )
-    if not isinstance(kept, dict) or kept.get("kickoff_id") != execution_id:
-        log.warning(
-            "Task %r kept no webhook addresses for execution %s; notifications after this resume go only "
-            "to the addresses given here (docs/contract.md).",
-            kickoff_task_id,
-            execution_id,
-        )
-        return given
-    carried = {name: given[name] or kept.get(name) for name in WEBHOOK_PARAMETERS}
-    log.info(
-        "Carrying over the kickoff's webhook addresses for %s",
-        ", ".join(name for name in WEBHOOK_PARAMETERS if carried[name] and not given[name]) or "nothing",
-    )
-    return carried
+# CrewResumeOperator lives in operators/resume.py; DAGs that import it from here keep working.
+__all__ = ["ON_HUMAN_INPUT_CHOICES", "CrewKickoffOperator", "CrewResumeOperator"]

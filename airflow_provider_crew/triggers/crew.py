@@ -11,7 +11,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_crew.exceptions import CrewError
-from airflow_provider_crew.hooks.crew import aget_status_shared, shared_connection
+from airflow_provider_crew.hooks.triggerer import aget_status_shared, shared_connection
 from airflow_provider_crew.waiting import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,

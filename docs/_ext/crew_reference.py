@@ -105,11 +105,14 @@ def public_classes() -> list[type]:
                     raise
                 UNIMPORTABLE[f"{package.__name__}.{info.name}"] = str(error)
                 continue
-            # vars(), not getattr(): a module-level __getattr__ may serve deprecated names.
+            # vars(), not getattr(): a module-level __getattr__ may serve deprecated names. A module's
+            # __all__, when it has one, says what is public (a shared base class is not).
+            public = getattr(module, "__all__", None)
             for name, value in sorted(vars(module).items()):
                 if (
                     inspect.isclass(value)
                     and not name.startswith("_")
+                    and (public is None or name in public)
                     and value.__module__ == module.__name__
                     and issubclass(value, (BaseOperator, BaseTrigger))
                 ):

@@ -25,8 +25,8 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks import crew as crew_module
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
 from airflow_provider_crew.models import CrewState, ResumeStatus
 from tests.conftest import BASE_URL, TOKEN
 
@@ -429,7 +429,7 @@ def test_auto_status_path_does_not_learn_from_two_404s(hook, requests_mock):
     requests_mock.get(f"{BASE_URL}/status/{KICKOFF_ID}", status_code=404, json={})
     with pytest.raises(CrewNotFoundError):
         hook.get_status(KICKOFF_ID)
-    assert crew_module._learned_status_styles == {}
+    assert LEARNED_STATUS_PATHS.learned() == {}
 
 
 def test_kickoff_id_is_quoted_in_the_status_path(crew_conn, requests_mock):
@@ -534,11 +534,11 @@ def test_a_missing_connection_is_named_with_the_fix(monkeypatch):
 
 def test_a_one_try_call_is_sent_once_even_when_the_service_says_busy(hook, requests_mock):
     """What the connection test relies on: ``retry_limit=0`` means one request, whatever the answer."""
-    from airflow_provider_crew.hooks.crew import _build_call
+    from airflow_provider_crew.hooks.calls import build_call
 
     requests_mock.get(f"{BASE_URL}/", status_code=503, headers={"Retry-After": "1"})
 
-    response = hook._send(_build_call(hook.config, "GET", "/"), retry_limit=0)
+    response = hook._send(build_call(hook.config, "GET", "/"), retry_limit=0)
 
     assert response.status_code == 503
     assert "this call tries only once" in response.note
@@ -550,11 +550,11 @@ def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_p
     from types import SimpleNamespace
 
     from airflow_provider_crew.exceptions import CrewConfigurationError
-    from airflow_provider_crew.hooks.crew import connection_extra
-    from airflow_provider_crew.operators.crew import _plain_extra
+    from airflow_provider_crew.hooks.airflow_connection import connection_extra
+    from airflow_provider_crew.hooks.human_input import webhook_connection_extra
 
     with pytest.raises(CrewConfigurationError, match=r"Connection 'crew_x': the extra is not a JSON object"):
         connection_extra(SimpleNamespace(conn_id="crew_x", extra=raw))
     with pytest.raises(CrewConfigurationError, match=r"human_input_webhook_conn_id='hook_x'.*not a JSON object"):
-        _plain_extra(SimpleNamespace(conn_id="hook_x", extra=raw), "hook_x")
+        webhook_connection_extra(SimpleNamespace(conn_id="hook_x", extra=raw), "hook_x")
     assert connection_extra(SimpleNamespace(conn_id="crew_x", extra="")) == {}

@@ -18,14 +18,9 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
     CrewServerError,
 )
-from airflow_provider_crew.hooks.transport import (
-    INFLATE_STEP,
-    MAX_REDIRECTS,
-    BodyReader,
-    Call,
-    describe_size,
-    redirect_target,
-)
+from airflow_provider_crew.hooks.body import INFLATE_STEP, BodyReader, describe_size
+from airflow_provider_crew.hooks.redirects import MAX_REDIRECTS, redirect_target
+from airflow_provider_crew.hooks.transport import Call
 from airflow_provider_crew.testing.faults import gzip_bomb_body
 
 BASE = "https://crew.example.test"

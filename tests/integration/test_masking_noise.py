@@ -61,7 +61,7 @@ def extra_dejson_callers(monkeypatch) -> list[str]:
 
 def test_the_provider_never_hands_connection_extras_to_the_masker(monkeypatch, extra_dejson_callers):
     from airflow_provider_crew.hooks.crew import CrewHook
-    from airflow_provider_crew.operators.crew import _human_input_webhook
+    from airflow_provider_crew.hooks.human_input import human_input_webhook
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_CREW_SHORT",
@@ -75,7 +75,7 @@ def test_the_provider_never_hands_connection_extras_to_the_masker(monkeypatch, e
 
     config = CrewHook(crew_conn_id="crew_short").config
     async_config = asyncio.run(CrewHook(crew_conn_id="crew_short").aget_config())
-    webhook = _human_input_webhook(None, "hook_short").to_wire()
+    webhook = human_input_webhook(None, "hook_short").to_wire()
 
     # The extras were read, with their meaning...
     assert (config.read_timeout, config.verify_tls, config.retry_limit) == (120.0, True, 2)

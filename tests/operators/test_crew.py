@@ -19,7 +19,7 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionNotFoundError,
     CrewExecutionTimeoutError,
 )
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 
@@ -80,31 +80,6 @@ def test_deferrable_defaults_to_the_deployment_setting(monkeypatch):
     assert importlib.reload(module).CrewKickoffOperator(task_id="k", inputs={}).deferrable is True
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
     assert importlib.reload(module).CrewKickoffOperator(task_id="k", inputs={}).deferrable is False
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"is_approve": "yes"}, "is_approve must be True .* or False"),
-        ({"is_approve": 1}, "is_approve must be True"),
-        ({"is_approve": False, "human_feedback": "  "}, "human_feedback is empty but is_approve=False"),
-        ({"is_approve": True, "wait_for": "forever"}, "wait_for='forever' is not known"),
-        ({"is_approve": True, "poll_interval": 0}, "poll_interval must be greater than 0"),
-        ({"is_approve": True, "crew_webhook_url": "nope"}, "crew_webhook_url must be an absolute"),
-    ],
-)
-def test_resume_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
-    with pytest.raises(CrewConfigurationError, match=message):
-        CrewResumeOperator(task_id="resume", execution_id=KICKOFF_ID, crew_task_id="t", **kwargs)
-
-
-def test_resume_finds_the_kickoff_task_from_its_xcomarg():
-    from airflow.sdk import DAG
-
-    with DAG("d", schedule=None):
-        start = kickoff()
-        resume = CrewResumeOperator(task_id="resume", execution_id=start.output, crew_task_id="t", is_approve=True)
-    assert resume.kickoff_task_id == "kickoff"
 
 
 def event(status: str, record: dict | None = None, message: str = "m") -> dict:
@@ -173,13 +148,3 @@ def test_kickoff_pushes_its_time_and_its_wait_counts_the_404_grace_from_it(crew_
     assert crew_service.faults.counts["status_404"] >= 1 and crew_service.request_count("kickoff") == 1
     assert before <= record["epoch_seconds"] <= time.time()
     assert deferred.value.trigger.serialize()[1]["not_found_deadline"] == record["epoch_seconds"] + 60
-
-
-def test_a_resume_wait_counts_the_404_grace_from_the_kickoff_tasks_time():
-    op = CrewResumeOperator(task_id="resume", kickoff_id=KICKOFF_ID, kickoff_task_id="kickoff", crew_task_id="t",
-                            is_approve=True, wait_for="completion")
-    ti = FakeTI()
-    ti.xcom["pull:kicked_off_at"] = {"kickoff_id": KICKOFF_ID, "epoch_seconds": time.time() - 50}
-    deadline = op._not_found_deadline({"ti": ti}, KICKOFF_ID, 60)
-    assert deadline == pytest.approx(ti.xcom["pull:kicked_off_at"]["epoch_seconds"] + 60)
-    assert ti.pulled == [{"task_ids": "kickoff", "key": "kicked_off_at"}]

@@ -13,7 +13,8 @@ from airflow_provider_crew.exceptions import (
     CrewKickoffNotRecordedError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator, _human_input_webhook
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 
 pytestmark = pytest.mark.integration
 
@@ -87,31 +88,6 @@ def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(crew_
     crew_webhooks.wait_for_count("resume-crew", 1)
     assert crew_webhooks.of_kind("kickoff-crew") == []
     assert resume_ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
-
-
-@pytest.mark.parametrize(("conn", "message"), [
-    ({"conn_type": "http", "host": "https://h.test/x"}, "has no password"),
-    ({"conn_type": "http", "host": "https://h.test/x", "password": "p4ssw0rd-x", "extra": {"strategy": "basic"}},
-     "strategy 'basic' needs the connection's login"),
-    ({"conn_type": "http", "host": "https://h.test/x", "password": "p4ssw0rd-x", "extra": {"strategy": "digest"}},
-     "extra 'strategy' is 'digest'"),
-    ({"conn_type": "http", "password": "p4ssw0rd-x"}, "No human-input webhook URL"),
-    ({"conn_type": "http", "host": "ftp://h.test/x", "password": "p4ssw0rd-x"}, "is not a valid human-input webhook"),
-])
-def test_human_input_webhook_connection_of_the_wrong_shape_is_named(monkeypatch, conn, message):
-    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps(conn))
-    with pytest.raises(CrewConfigurationError, match=message) as caught:
-        _human_input_webhook(None, "human_hook")
-    assert "p4ssw0rd-x" not in str(caught.value)
-
-
-def test_human_input_webhook_from_connection_bearer_and_basic(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "host": "https://h.test/x", "password": "tok-123456"}))
-    bearer = _human_input_webhook(None, "human_hook").to_wire()
-    assert bearer == {"url": "https://h.test/x", "authentication": {"strategy": "bearer", "token": "tok-123456"}}
-    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "login": "u", "password": "pw-123456"}))
-    basic = _human_input_webhook("https://other.test/h", "human_hook").to_wire()
-    assert basic == {"url": "https://other.test/h", "authentication": {"strategy": "basic", "username": "u", "password": "pw-123456"}}
 
 
 # -- a retry's record of the execution (the task state store, Airflow 3.3+) -------------------------

@@ -19,9 +19,9 @@ import pytest
 
 from airflow_provider_crew.connection import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks import crew as hooks_crew
+from airflow_provider_crew.hooks import triggerer
+from airflow_provider_crew.hooks.async_transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, WaitFor
@@ -431,16 +431,16 @@ async def test_waits_started_together_do_not_poll_together(monkeypatch):
 
 @pytest.fixture
 def lookups(monkeypatch) -> list[str]:
-    """Every connection lookup the shared cache makes (a spy on CrewHook.aget_config)."""
+    """Every connection lookup the shared cache makes (a spy on its ``aread_config``)."""
     seen: list[str] = []
-    original = CrewHook.aget_config
+    original = triggerer.aread_config
 
-    async def counting(self):
-        seen.append(self.crew_conn_id)
+    async def counting(conn_id, **overrides):
+        seen.append(conn_id)
         await asyncio.sleep(0.01)  # long enough for other waits to ask meanwhile
-        return await original(self)
+        return await original(conn_id, **overrides)
 
-    monkeypatch.setattr(CrewHook, "aget_config", counting)
+    monkeypatch.setattr(triggerer, "aread_config", counting)
     return seen
 
 
@@ -455,9 +455,9 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
     _conn_env(monkeypatch, "crew_shared", "https://crew.example", "token-1")
     _conn_env(monkeypatch, "crew_other", "https://other.example", "token-2")
 
-    first = await asyncio.gather(*(hooks_crew.shared_connection("crew_shared") for _ in range(50)))
-    again = await hooks_crew.shared_connection("crew_shared")
-    other = await hooks_crew.shared_connection("crew_other")
+    first = await asyncio.gather(*(triggerer.shared_connection("crew_shared") for _ in range(50)))
+    again = await triggerer.shared_connection("crew_shared")
+    other = await triggerer.shared_connection("crew_other")
 
     assert lookups == ["crew_shared", "crew_other"]
     assert all(c is first[0] for c in [*first, again])
@@ -471,12 +471,12 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
 
 async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch, lookups):
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "old-token")
-    before = await hooks_crew.shared_connection("crew_rotating", ttl=0.2)
+    before = await triggerer.shared_connection("crew_rotating", ttl=0.2)
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "new-token")
 
-    assert (await hooks_crew.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
+    assert (await triggerer.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
     await asyncio.sleep(0.25)
-    after = await hooks_crew.shared_connection("crew_rotating", ttl=0.2)
+    after = await triggerer.shared_connection("crew_rotating", ttl=0.2)
 
     assert before.config.token == "old-token" and after.config.token == "new-token"
     assert lookups == ["crew_rotating", "crew_rotating"]
@@ -485,10 +485,10 @@ async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch,
 async def test_a_failed_lookup_is_not_kept(monkeypatch, lookups):
     monkeypatch.delenv("AIRFLOW_CONN_CREW_LATE", raising=False)
     results = await asyncio.gather(
-        *(hooks_crew.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
+        *(triggerer.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
     )
     assert all(isinstance(r, CrewConfigurationError) for r in results)
 
     _conn_env(monkeypatch, "crew_late", "https://crew.example", "token")
-    assert (await hooks_crew.shared_connection("crew_late")).config.token == "token"
+    assert (await triggerer.shared_connection("crew_late")).config.token == "token"
     assert lookups == ["crew_late", "crew_late"]  # one for the five waiting together, one after

@@ -1,16 +1,19 @@
-"""CrewResumeOperator takes ``kickoff_id`` like the sensor and the other operators; the old name
-``execution_id`` keeps working with a deprecation warning. The real resume goes over HTTP."""
+"""CrewResumeOperator: bad input fails at DAG parse naming the parameter; it takes ``kickoff_id`` like
+the sensor and the other operators, and the old name ``execution_id`` keeps working with a
+deprecation warning. The real resume goes over HTTP (here and in tests/operators/test_crew_http.py)."""
 
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 
@@ -18,12 +21,39 @@ KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 class FakeTI:
     def __init__(self) -> None:
         self.xcom: dict[str, object] = {}
+        self.pulled: list[dict] = []
 
     def xcom_push(self, key: str, value: object) -> None:
         self.xcom[key] = value
 
-    def xcom_pull(self, **_):
-        return None
+    def xcom_pull(self, **kwargs):
+        self.pulled.append(kwargs)
+        return self.xcom.get(f"pull:{kwargs.get('key')}")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"is_approve": "yes"}, "is_approve must be True .* or False"),
+        ({"is_approve": 1}, "is_approve must be True"),
+        ({"is_approve": False, "human_feedback": "  "}, "human_feedback is empty but is_approve=False"),
+        ({"is_approve": True, "wait_for": "forever"}, "wait_for='forever' is not known"),
+        ({"is_approve": True, "poll_interval": 0}, "poll_interval must be greater than 0"),
+        ({"is_approve": True, "crew_webhook_url": "nope"}, "crew_webhook_url must be an absolute"),
+    ],
+)
+def test_resume_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
+    with pytest.raises(CrewConfigurationError, match=message):
+        CrewResumeOperator(task_id="resume", execution_id=KICKOFF_ID, crew_task_id="t", **kwargs)
+
+
+def test_resume_finds_the_kickoff_task_from_its_xcomarg():
+    from airflow.sdk import DAG
+
+    with DAG("d", schedule=None):
+        start = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "x"})
+        resume = CrewResumeOperator(task_id="resume", execution_id=start.output, crew_task_id="t", is_approve=True)
+    assert resume.kickoff_task_id == "kickoff"
 
 
 def test_kickoff_id_is_the_parameter_and_is_templated_without_a_warning():
@@ -106,3 +136,13 @@ def test_both_names_resume_a_paused_execution_over_http(crew_service, crew_webho
     assert summary["status"] in ("resumed", "completed")
     assert resume_ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
     assert [f["is_approve"] for f in crew_service.executions[kickoff_id]["feedback"]] == [True]
+
+
+def test_a_resume_wait_counts_the_404_grace_from_the_kickoff_tasks_time():
+    op = CrewResumeOperator(task_id="resume", kickoff_id=KICKOFF_ID, kickoff_task_id="kickoff", crew_task_id="t",
+                            is_approve=True, wait_for="completion")
+    ti = FakeTI()
+    ti.xcom["pull:kicked_off_at"] = {"kickoff_id": KICKOFF_ID, "epoch_seconds": time.time() - 50}
+    deadline = op._not_found_deadline({"ti": ti}, KICKOFF_ID, 60)
+    assert deadline == pytest.approx(ti.xcom["pull:kicked_off_at"]["epoch_seconds"] + 60)
+    assert ti.pulled == [{"task_ids": "kickoff", "key": "kicked_off_at"}]

@@ -1,0 +1,84 @@
+"""The human-input webhook's address and credential, read from an Airflow connection.
+
+A kickoff that gives a human-input webhook tells the service where to announce a pause and which
+credential to send there (docs/contract.md). The credential comes from a connection so that none
+sits in DAG code; any connection type works, since only host, login, password and extra are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_crew._compat import BaseHook
+from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks.airflow_connection import extra_as_dict
+from airflow_provider_crew.models import HumanInputWebhook
+
+
+def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
+    """The webhook connection's extra as a dict, read without ``extra_dejson``.
+
+    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
+    secret as it's too short (<5 chars)" for any short value, secret or not (``"30"``, ``"true"``).
+    The only extra read here, ``strategy``, is no secret, and Airflow already masked the extra as a
+    whole when it fetched the connection.
+
+    :param connection: The Airflow connection.
+    :param conn_id: Its id, for the error when the extra is not a JSON object.
+    """
+    return extra_as_dict(
+        connection.extra,
+        invalid=f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
+        'use e.g. {"strategy": "bearer"} or leave it empty.',
+    )
+
+
+def human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
+    """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
+
+    Password alone: bearer token. Login and password: basic. ``{"strategy": ...}`` in the
+    connection's extra overrides the guess. Errors name the connection and the fields, never the
+    credential.
+
+    :param url: Where the service announces a pause; None or empty: the connection's host.
+    :param conn_id: The connection holding the credential the service must send there.
+    """
+    connection = BaseHook.get_connection(conn_id)
+    url = url or connection.host
+    if not url:
+        raise CrewConfigurationError(
+            f"No human-input webhook URL: give human_input_webhook_url, or put the URL in the host of "
+            f"connection {conn_id!r}."
+        )
+    login, password = connection.login or None, connection.password or None
+    extra = webhook_connection_extra(connection, conn_id)
+    strategy = extra.get("strategy") or ("basic" if login else "bearer")
+    if not password:
+        raise CrewConfigurationError(
+            f"human_input_webhook_conn_id={conn_id!r}: the connection has no password. Put the bearer token "
+            "the service must send in its password field (or a login and password for basic auth)."
+        )
+    if strategy == "bearer":
+        authentication: dict[str, Any] = {"strategy": "bearer", "token": password}
+    elif strategy == "basic":
+        if not login:
+            raise CrewConfigurationError(
+                f"human_input_webhook_conn_id={conn_id!r}: strategy 'basic' needs the connection's login."
+            )
+        authentication = {"strategy": "basic", "username": login, "password": password}
+    else:
+        raise CrewConfigurationError(
+            f"human_input_webhook_conn_id={conn_id!r}: extra 'strategy' is {strategy!r}; "
+            "use 'bearer' or 'basic'."
+        )
+    try:
+        return HumanInputWebhook.model_validate({"url": url, "authentication": authentication})
+    except ValueError:
+        # The model's message could echo the credential; name the fields instead.
+        raise CrewConfigurationError(
+            f"human_input_webhook_url={url!r} with connection {conn_id!r} is not a valid human-input "
+            "webhook: the URL must be http(s) and the connection must hold a token or a login and password."
+        ) from None
+
+
+__all__ = ["human_input_webhook", "webhook_connection_extra"]

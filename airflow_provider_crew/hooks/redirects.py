@@ -1,0 +1,60 @@
+"""Which redirects are followed: only a GET's, only to the same scheme, host and port.
+
+So the bearer token never reaches another host, and a kickoff or resume is never sent to a second place.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
+
+from airflow_provider_crew.exceptions import CrewRedirectError
+
+if TYPE_CHECKING:
+    from airflow_provider_crew.hooks.transport import Call
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+def redirect_target(call: Call, current_url: str, status_code: int, location: str | None, hops: int) -> str:
+    """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it.
+
+    The rule: only a GET, only to the same scheme, host and port, at most MAX_REDIRECTS times.
+
+    :param call: The request that was redirected.
+    :param current_url: The URL that answered with the redirect.
+    :param status_code: The redirect's status code.
+    :param location: Its ``Location`` header, if any.
+    :param hops: How many redirects were followed before this one.
+    """
+    target = urljoin(current_url, location) if location else None
+    scheme, host, port = _origin(target or current_url)
+    where = f"{scheme}://{host}:{port}"
+    if target is not None and call.idempotent and _origin(target) == _origin(current_url):
+        if hops < MAX_REDIRECTS:
+            return target
+        problem = f"more than {MAX_REDIRECTS} redirects"
+    elif target is None:
+        problem = "a redirect without a Location"
+    elif _origin(target) != _origin(current_url):
+        problem = f"a redirect to another origin ({where})"
+    else:
+        problem = f"a redirect of a {call.method}"
+    raise CrewRedirectError(
+        call.explain(
+            f"{call.endpoint} answered {status_code}, {problem}, which the provider does not follow: "
+            "it follows only a GET to the same scheme, host and port, so the bearer token never "
+            "reaches another host and a kickoff or resume is never sent to a second place. Set the "
+            "connection's host ('Crew base URL') to the address the service answers at.",
+            acted_on=False,
+        ),
+        endpoint=call.endpoint,
+        status_code=status_code,
+    )

@@ -1,0 +1,131 @@
+"""What the tasks of a human review share: the execution, the connection, the waiting, the records.
+
+A review is a task group (:func:`~airflow_provider_crew.operators.human_review.crew_human_review`)
+of rounds (:mod:`~airflow_provider_crew.operators.review_round`) and a result task; both are built
+on :class:`ReviewTaskBase`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_crew._compat import AirflowFailException, BaseOperator, require_human_in_the_loop
+from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.links.crew import CrewExecutionLink
+from airflow_provider_crew.openlineage import CrewOpenLineageMixin
+from airflow_provider_crew.operators.base import (
+    DEFAULT_TIMEOUT,
+    XCOM_KICKOFF_ID,
+    CrewWaitMixin,
+    checked_kickoff_id,
+    upstream_task_id,
+)
+from airflow_provider_crew.waiting import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+XCOM_REVIEW_REQUEST = "review_request"
+XCOM_REVIEW_HISTORY = "review_history"
+
+NEEDS_3_1 = (
+    "Human review in the Airflow UI needs Airflow 3.1+ (it uses Airflow's human-in-the-loop API); this "
+    "is Airflow {version}. On 3.0, use CrewKickoffOperator(on_human_input='return') and CrewResumeOperator."
+)
+
+
+class CrewReviewRoundsExhaustedError(AirflowFailException):
+    """The crew wants (another) review but every round of the task group is used."""
+
+
+def check_airflow_supports_review() -> None:
+    """Refuse, at DAG parse, on an Airflow without the human-in-the-loop API (3.0)."""
+    require_human_in_the_loop(NEEDS_3_1)
+
+
+def round_task_id(round_number: int) -> str:
+    """The task id (within the group) of review round ``round_number``."""
+    return f"round_{round_number}"
+
+
+class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
+    """
+    What rounds and the result share: the execution, the connection, the polling settings, the
+    "Crew execution" link and the lineage facets.
+
+    :param kickoff_id: The execution under review (templated), usually ``kickoff.output``.
+    :param round_task_ids: Task ids of every round of the group, in order.
+    :param crew_conn_id: The ``crew`` connection the execution was started with.
+    :param inputs: The crew's inputs, shown to the reviewer (templated; optional).
+    :param poll_interval: First seconds between status polls.
+    :param max_poll_interval: Longest seconds between status polls.
+    :param timeout: Longest wait for the execution to pause or finish.
+    :param openlineage_include_values: With the OpenLineage provider installed, also send input values
+        and the output in lineage events (off: they may be private).
+    """
+
+    template_fields: Sequence[str] = ("kickoff_id", "inputs")
+    operator_extra_links = (CrewExecutionLink(),)
+    template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json"}
+
+    def __init__(
+        self,
+        *,
+        kickoff_id: str | Any,
+        round_task_ids: Sequence[str],
+        crew_conn_id: str = CrewHook.default_conn_name,
+        inputs: Mapping[str, Any] | Any | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        openlineage_include_values: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        check_airflow_supports_review()
+        super().__init__(**kwargs)
+        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
+            raise CrewConfigurationError("kickoff_id is empty: pass the kickoff task's output.")
+        self.kickoff_id = kickoff_id
+        self.round_task_ids = list(round_task_ids)
+        self.crew_conn_id = crew_conn_id
+        self.inputs = inputs
+        self.openlineage_include_values = openlineage_include_values
+        # Waiting never holds a worker slot: the trigger waits for the crew, Airflow's
+        # human-in-the-loop machinery for the reviewer.
+        self.deferrable = True
+        self._set_wait_timing(
+            poll_interval=poll_interval, max_poll_interval=max_poll_interval, timeout=timeout
+        )
+        # The kickoff task, when kickoff_id is its output: its XCom says when the execution started
+        # (the 404 grace counts from then) and which webhook addresses to carry over.
+        self.kickoff_task_id: str | None = upstream_task_id(kickoff_id)
+
+    def _start(self, context: Context) -> str:
+        """The checked kickoff id, pushed to XCom with the execution's page URL before any waiting."""
+        kickoff_id = checked_kickoff_id(self.kickoff_id)
+        context["ti"].xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
+        self._record_execution(context, CrewHook(crew_conn_id=self.crew_conn_id), kickoff_id)
+        return kickoff_id
+
+    def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The records of the given rounds that ran, in order (a skipped round has none)."""
+        if not task_ids:
+            return []
+        ti = context["ti"]
+        values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)
+        if not isinstance(values, list):
+            values = [values]
+        return [value for value in values if isinstance(value, dict) and "round" in value]
+
+
+# ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.
+__all__ = [
+    "XCOM_REVIEW_HISTORY",
+    "XCOM_REVIEW_REQUEST",
+    "CrewReviewRoundsExhaustedError",
+    "check_airflow_supports_review",
+    "round_task_id",
+]

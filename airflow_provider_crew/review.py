@@ -1,0 +1,294 @@
+"""A review round's words: the request the reviewer reads and the answer they give.
+
+:func:`review_body` writes a round's request in Markdown, one section after another (why it asks,
+the output, the inputs, the progress, the earlier rounds, how to answer). :func:`answer_from_event`
+reads the reviewer's answer from Airflow's human-in-the-loop event, :func:`why_answer_is_outdated`
+says whether it still applies to the execution, and :func:`feedback_for_crew` what the crew is told.
+
+Plain functions, without I/O or Airflow's task machinery: the round operators in
+``operators/human_review.py`` do the waiting, the asking and the sending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+from airflow_provider_crew._compat import AirflowFailException
+from airflow_provider_crew.exceptions import CrewError
+from airflow_provider_crew.models import CrewState, CrewStatus
+
+APPROVE = "Approve"
+REQUEST_CHANGES = "Request changes"
+OPTIONS = [APPROVE, REQUEST_CHANGES]
+FEEDBACK_PARAM = "feedback"
+APPROVED_WITHOUT_TEXT = "Approved."
+# The request shows at most this many characters of the output; XCom ``review_request`` has it whole.
+OUTPUT_BODY_LIMIT = 20_000
+
+
+# An AirflowFailException: the round fails without using its retries (the message says how to ask again).
+class CrewReviewTimeoutError(AirflowFailException):
+    """Nobody answered a review request within ``response_timeout``; the execution stays paused."""
+
+
+class ReviewAnswer(TypedDict):
+    """A reviewer's answer, as a round records it."""
+
+    answer: str
+    is_approve: bool
+    feedback: str
+    responded_by: Mapping[str, Any] | None
+    responded_at: Any
+    timed_out: bool
+
+
+# -- the request ----------------------------------------------------------------------------------
+
+
+def review_body(
+    kickoff_id: str,
+    status: CrewStatus,
+    earlier: Sequence[Mapping[str, Any]],
+    *,
+    round_number: int,
+    total_rounds: int,
+    inputs: Any = None,
+    response_timeout: timedelta | None = None,
+    approve_on_timeout: bool = False,
+    retried: bool = False,
+) -> str:
+    """The Markdown the reviewer reads: why it asks, the output, inputs, progress, earlier rounds.
+
+    :param kickoff_id: The execution under review.
+    :param status: The status record of the pause.
+    :param earlier: The records of the earlier rounds, in order.
+    :param round_number: Which round asks (1-based).
+    :param total_rounds: How many rounds the review has.
+    :param inputs: The crew's inputs; shown when they are a non-empty mapping.
+    :param response_timeout: How long the round waits for an answer (``None``: no limit).
+    :param approve_on_timeout: Whether no answer within ``response_timeout`` approves.
+    :param retried: Whether an earlier try of this round ended without an answer being applied.
+    """
+    sections = [
+        _header(kickoff_id, crew_task_name(status), round_number, total_rounds),
+        _asked_again(earlier, retried),
+        _output(status),
+        _inputs(inputs),
+        _progress(status),
+        _earlier_rounds(earlier),
+        _how_to_answer(round_number, total_rounds, response_timeout, approve_on_timeout),
+    ]
+    return "\n".join(line for section in sections for line in section)
+
+
+def crew_task_name(status: CrewStatus) -> str:
+    """The paused crew task's name as the reviewer knows it (its id when the service gives no name)."""
+    last = status.raw.get("last_executed_task")
+    name = last.get("name") if isinstance(last, Mapping) else None
+    return str(name or status.paused_task_id or "?")
+
+
+# Each section is a list of lines (all but the last end with a blank line), or empty when it has
+# nothing to say.
+
+
+def _header(kickoff_id: str, crew_task: str, round_number: int, total_rounds: int) -> list[str]:
+    return [
+        f"**Review round {round_number} of {total_rounds}**: crew execution `{kickoff_id}` waits for your "
+        f"review of task **{_inline(crew_task)}**.",
+        "",
+    ]
+
+
+def _asked_again(earlier: Sequence[Mapping[str, Any]], retried: bool) -> list[str]:
+    """Why the reviewer sees this output again: the last round's answer, or a try, was not applied."""
+    last = earlier[-1] if earlier else None
+    if last is not None and not last.get("applied"):
+        why = f"round {last['round']}'s answer was not applied. {last.get('note', '')}"
+        return [f"> **Asked again:** {why}", ""]
+    if retried:
+        return ["> **Asked again:** an earlier try of this round ended before an answer was applied.", ""]
+    return []
+
+
+def _output(status: CrewStatus) -> list[str]:
+    return ["### Output", "", _fenced(status.paused_task_output or "(the service reported no output)"), ""]
+
+
+def _inputs(inputs: Any) -> list[str]:
+    if not isinstance(inputs, Mapping) or not inputs:
+        return []
+    items = [f"- **{_inline(name)}**: {_inline(value)}" for name, value in inputs.items()]
+    return ["### Inputs", "", *items, ""]
+
+
+def _progress(status: CrewStatus) -> list[str]:
+    progress = status.progress.describe() if status.progress else ""
+    return ["### Progress", "", progress, ""] if progress else []
+
+
+def _earlier_rounds(earlier: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not earlier:
+        return []
+    lines = ["### Earlier rounds", ""]
+    for record in earlier:
+        who = (record.get("responded_by") or {}).get("name") or "time-out default"
+        outcome = "" if record.get("applied") else " (not applied)"
+        feedback = record.get("feedback") or "(no feedback)"
+        answer = record.get("answer")
+        lines.append(f"{record['round']}. {answer} by {_inline(who)}{outcome}: {_inline(feedback)}")
+    return [*lines, ""]
+
+
+def _how_to_answer(
+    round_number: int, total_rounds: int, response_timeout: timedelta | None, approve_on_timeout: bool
+) -> list[str]:
+    if round_number == total_rounds:
+        request_changes = (
+            f"- **{REQUEST_CHANGES}**: this is the last review round, so the feedback is *not* sent: the "
+            "task fails and the crew stays paused until someone raises max_rounds or resumes it."
+        )
+    else:
+        request_changes = (
+            f"- **{REQUEST_CHANGES}**: say what to change in *Feedback* (required); the crew redoes the "
+            f"task with it and round {round_number + 1} asks you about the new output."
+        )
+    return [
+        "### How to answer",
+        "",
+        f"- **{APPROVE}**: the crew continues (feedback optional, added as context).",
+        request_changes,
+        f"- {_timeout_text(response_timeout, approve_on_timeout)}",
+    ]
+
+
+def _timeout_text(response_timeout: timedelta | None, approve_on_timeout: bool) -> str:
+    if response_timeout is None:
+        return "No time limit."
+    within = _duration(response_timeout)
+    if approve_on_timeout:
+        return f"Without an answer within {within}, the output is approved."
+    return f"Without an answer within {within}, this task fails and the crew execution stays paused."
+
+
+# -- the answer -----------------------------------------------------------------------------------
+
+
+def answer_from_event(
+    event: Any, *, kickoff_id: str, crew_task_id: str, response_timeout: timedelta | None
+) -> ReviewAnswer:
+    """The reviewer's answer in a human-in-the-loop event.
+
+    :param event: The event the round resumed with: the answer, or an error such as a time-out.
+    :param kickoff_id: The execution under review (for the time-out message).
+    :param crew_task_id: The paused crew task the answer is about (for the time-out message).
+    :param response_timeout: How long the round waited (for the time-out message).
+    :raises CrewReviewTimeoutError: Nobody answered in time (and no default answer was set).
+    :raises CrewError: The request failed otherwise, or the event holds no single known option.
+    """
+    if not isinstance(event, Mapping):
+        raise CrewError(f"Expected a human-in-the-loop event, got {event!r}.")
+    if "error" in event:
+        if event.get("error_type") == "timeout":
+            raise CrewReviewTimeoutError(
+                f"No review answer within {_duration(response_timeout or timedelta())} "
+                f"(response_timeout). Crew execution "
+                f"{kickoff_id} is still waiting for human input on task {crew_task_id!r}: clear this "
+                "task to ask again, or resume it with CrewResumeOperator."
+            )
+        raise CrewError(f"The review request failed ({event.get('error_type')}): {event.get('error')}")
+    chosen = list(event.get("chosen_options") or [])
+    if len(chosen) != 1 or chosen[0] not in OPTIONS:
+        raise CrewError(f"Expected exactly one of {OPTIONS} as the answer, got {chosen!r}.")
+    params_input = event.get("params_input") or {}
+    responded_at = event.get("responded_at")
+    return {
+        "answer": chosen[0],
+        "is_approve": chosen[0] == APPROVE,
+        "feedback": str(params_input.get(FEEDBACK_PARAM) or ""),
+        "responded_by": event.get("responded_by_user"),
+        "responded_at": responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at,
+        "timed_out": bool(event.get("timedout")),
+    }
+
+
+def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, reviewed_output: str | None) -> str | None:
+    """Why an answer must not be sent: the execution no longer waits on the output the reviewer saw.
+
+    ``None`` while it still waits on that output of that task.
+
+    :param status: The execution's status now.
+    :param crew_task_id: The paused crew task the answer is about.
+    :param reviewed_output: The output the reviewer saw.
+    """
+    if status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id:
+        if status.paused_task_output == reviewed_output:
+            return None
+        return (
+            f"The execution now waits on a different output of task {crew_task_id!r} than the one "
+            "reviewed (resumed elsewhere?); the answer would apply to text the reviewer never saw."
+        )
+    return f"The execution moved on before the answer arrived (now: {status.describe()})."
+
+
+def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) -> str:
+    """The feedback sent with the resume: the reviewer's words, or why an approval has none.
+
+    :param answer: The reviewer's answer.
+    :param response_timeout: How long the round waited (named when the approval is the time-out default).
+    """
+    return answer["feedback"].strip() or (
+        f"Approved automatically: no answer within {response_timeout}."
+        if answer["timed_out"]
+        else APPROVED_WITHOUT_TEXT
+    )
+
+
+# -- text helpers ---------------------------------------------------------------------------------
+
+
+def _duration(value: timedelta) -> str:
+    """``24 hours``, ``90 minutes``, ``45 seconds``: how a person says a time limit."""
+    total = int(value.total_seconds())
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if total >= size and total % size == 0:
+            count = total // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{total} second{'s' if total != 1 else ''}"
+
+
+def _fenced(text: str) -> str:
+    """A code fence longer than any backtick run in the text, so the output shows verbatim."""
+    if len(text) > OUTPUT_BODY_LIMIT:
+        text = f"{text[:OUTPUT_BODY_LIMIT]}\n… ({len(text) - OUTPUT_BODY_LIMIT} more characters in XCom)"
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _inline(value: Any) -> str:
+    """The value on one line, its whitespace runs as single spaces and ``|`` escaped."""
+    text = value if isinstance(value, str) else repr(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+__all__ = [
+    "APPROVE",
+    "APPROVED_WITHOUT_TEXT",
+    "FEEDBACK_PARAM",
+    "OPTIONS",
+    "OUTPUT_BODY_LIMIT",
+    "REQUEST_CHANGES",
+    "CrewReviewTimeoutError",
+    "ReviewAnswer",
+    "answer_from_event",
+    "crew_task_name",
+    "feedback_for_crew",
+    "review_body",
+    "why_answer_is_outdated",
+]
