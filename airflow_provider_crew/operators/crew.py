@@ -125,6 +125,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+).
     STATE_KEY = "crew_kickoff_id"
+    # What a try writes just before POST /kickoff (its try number), cleared with the execution's id.
+    CLAIM_KEY = "crew_kickoff_claim"
     # How long to keep trying to write it while Airflow's API server is overloaded.
     STATE_STORE_PATIENCE = 120.0
 
@@ -245,21 +247,26 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         return self._finish(context, kickoff_id, result)
 
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
-        if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED, Outcome.FAILED):
-            # Done with this execution either way: a retry or a cleared task starts a new one.
-            self._forget_execution(context)
+        # Done with an execution that ended: a cleared task starts a new one. The record is dropped
+        # last, so that a try failing on its way out (an XCom push refused by an overloaded Airflow)
+        # leaves its retry the execution to reattach to, not a second one to start.
+        if result.outcome is Outcome.FAILED:
+            self._forget_execution(context)  # a retry starts anew after a FAILED execution anyway
         self._raise_for_outcome(kickoff_id, result)
         self._push_result(context, kickoff_id, result)
         if result.outcome is Outcome.PAUSED and self.on_human_input == "fail":
+            self._forget_execution(context)
             paused = result.last_status.paused_task_id if result.last_status else "?"
             raise CrewExecutionFailedError(
                 f"Crew execution {kickoff_id} paused for human input on task "
                 f"{paused!r} and on_human_input='fail'. "
                 "Resume it with CrewResumeOperator, or set on_human_input='return' or 'wait'."
             )
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
+            self._forget_execution(context)
         return kickoff_id
 
-    def _kickoff(self, context: Context, hook: CrewHook) -> str:
+    def _kickoff(self, context: Context, hook: CrewHook, store: Any = None) -> str:
         assert isinstance(self.inputs, Mapping)
         if self.validate_inputs:
             self._check_inputs_against_crew(hook, self.inputs)
@@ -268,6 +275,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             if self.human_input_webhook_conn_id
             else None
         )
+        if store is not None:
+            self._claim_kickoff(context, store)
         # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
         # start a second, paid execution.
         kickoff_id = hook.kickoff(
@@ -304,16 +313,35 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         store = self._state_store(context)
         kickoff_id = self._previous_execution(store, hook) if store is not None else None
         if kickoff_id is None:
-            kickoff_id = self._kickoff(context, hook)
+            kickoff_id = self._kickoff(context, hook, store)
             if store is not None:
                 # Before anything else can fail: a retry must find this execution, not start another.
                 self._remember_execution(store, kickoff_id)
         self._publish_kickoff(context, kickoff_id)
         return kickoff_id
 
+    def _claim_kickoff(self, context: Context, store: Any) -> None:
+        """Write, right before ``POST /kickoff``, that this try sets out to start an execution.
+
+        The write is also a fence: once Airflow has reset a task instance (its scheduler gave up on a
+        try that was slow to start, say), the API answers 404 for the old try, the write raises, and
+        that try starts nothing, while the new one may. Seen with 100 tasks on an overloaded Airflow.
+        """
+        store.set(self.CLAIM_KEY, {"try_number": _try_number(context), "epoch_seconds": time.time()})
+
     def _previous_execution(self, store: Any, hook: CrewHook) -> str | None:
         """The execution an earlier try started and a retry should reattach to, if any."""
         previous = store.get(self.STATE_KEY)
+        claim = store.get(self.CLAIM_KEY)
+        if not previous and isinstance(claim, dict):
+            # Said loudly, never silently: the earlier try may have started an execution unrecorded.
+            self.log.warning(
+                "Try %s of this task set out to start a crew execution and was stopped before it "
+                "recorded the execution's id. If the service started one, it runs unclaimed: look for it "
+                "at the service (meta %s). Starting a new execution.",
+                claim.get("try_number", "?"),
+                self.meta or {},
+            )
         if previous:
             try:
                 state: CrewState | None = hook.get_status(previous).state
@@ -367,6 +395,11 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         store = self._state_store(context)
         if store is not None:
             store.delete(self.STATE_KEY)
+            store.delete(self.CLAIM_KEY)
+
+
+def _try_number(context: Context) -> int:
+    return int(getattr(context["ti"], "try_number", 1) or 1)
 
 
 # CrewResumeOperator lives in operators/resume.py; DAGs that import it from here keep working.

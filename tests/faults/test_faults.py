@@ -52,7 +52,9 @@ pytestmark = pytest.mark.faults
 
 DAGS = Path(__file__).resolve().parent / "dags"
 OUTAGE_SECONDS = float(os.environ.get("CREW_FAULTS_OUTAGE_SECONDS", "120"))
-PARALLELISM = 32
+# 16 task processes at once: at 32, on 2 CPUs and SQLite beside CI's other lane, Airflow itself reset
+# task instances that were slow to start (their retries are Airflow's, not the provider's).
+PARALLELISM = 16
 RELEASE_SPEED = 300
 START_TIMEOUT = 300  # parse, queue, start and defer on a loaded 2-core machine
 RECOVERY_TIMEOUT = 240
@@ -163,6 +165,19 @@ def mapped(stack: FaultStack, dag_id: str, run_id: str) -> dict[Key, dict[str, A
         for ti in stack.task_instances(dag_id, run_id)
         if ti["map_index"] >= 0
     }
+
+
+def raw_task_log(stack: FaultStack, dag_id: str, key: Key, try_number: int) -> str:
+    """One try's log records as JSON text: with the exception's type, which the UI's text leaves out."""
+    run_id, task_id, map_index = key
+    body = stack.api(
+        "GET",
+        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+        expect=(200, 404),
+        params={"map_index": map_index, "full_content": "true"},
+        headers={"Accept": "application/json"},
+    )
+    return json.dumps(body)
 
 
 def no_failures(tis: dict[Key, dict[str, Any]]) -> None:
@@ -645,13 +660,22 @@ def test_burst_of_100_kickoffs_through_100_answers_of_429(suite: Suite) -> None:
     )
     fired = next(r["fired"] for r in service.faults.rules if r["id"] == rule["id"])
     service.faults.clear()
+    # The hook rides out every 429 itself: no try may fail on one. Airflow may still retry a task for
+    # its own reasons when a hundred task processes swamp it (a task instance reset while it started);
+    # those retries must reattach, or start nothing, which duplicates and lost say.
+    rate_limited = [
+        (key, try_number)
+        for key, ti in mapped(stack, "fault_burst_429", run).items()
+        for try_number in range(1, ti["try_number"])
+        if "CrewRateLimitedError" in raw_task_log(stack, "fault_burst_429", key, try_number)
+    ]
     problem = check_row(
         row,
-        dict(tasks=100, succeeded=100, kickoffs=100, duplicates=0, lost=0, retries=0),
+        dict(tasks=100, succeeded=100, kickoffs=100, duplicates=0, lost=0),
         f"{fired} answers of 429 spread over the kickoffs, retried by the hook (retry_budget 300 s); "
-        f"parallelism {PARALLELISM}",
+        f"{len(rate_limited)} tries failed on a 429; parallelism {PARALLELISM}",
     )
-    assert fired == 100 and problem is None, (fired, problem)
+    assert fired == 100 and problem is None and not rate_limited, (fired, problem, rate_limited)
 
 
 # -- 5. secrets ------------------------------------------------------------------------------------

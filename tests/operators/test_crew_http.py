@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -94,20 +95,23 @@ def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(crew_
 
 
 class FakeStateStore:
-    """The task state store, whose writes fail ``failures`` times first (an overloaded API server)."""
+    """The task state store, whose writes of ``failing_key`` fail ``failures`` times first (an
+    overloaded API server, or one that no longer counts this try as running)."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, failing_key: str = CrewKickoffOperator.STATE_KEY) -> None:
         self.values: dict[str, object] = {}
         self.failures = failures
+        self.failing_key = failing_key
         self.attempts = 0
 
     def get(self, key: str) -> object:
         return self.values.get(key)
 
     def set(self, key: str, value: object) -> None:
-        self.attempts += 1
-        if self.attempts <= self.failures:
-            raise RuntimeError("API_SERVER_ERROR: timed out")
+        if key == self.failing_key:
+            self.attempts += 1
+            if self.attempts <= self.failures:
+                raise RuntimeError("API_SERVER_ERROR: timed out")
         self.values[key] = value
 
     def delete(self, key: str) -> None:
@@ -136,7 +140,7 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         first_try.execute({"ti": XComDownTI()})  # the first XCom push after the kickoff fails
     [kickoff_id] = crew_service.executions
-    assert store.values == {CrewKickoffOperator.STATE_KEY: kickoff_id}
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
 
     retry = _kickoff_operator(store, monkeypatch)
     ti = FakeTI()
@@ -168,3 +172,53 @@ def test_an_execution_that_cannot_be_recorded_fails_the_task_without_retry_namin
     assert f"Crew execution {kickoff_id} started" in str(caught.value)
     assert f"CrewStatusSensor(kickoff_id={kickoff_id!r})" in str(caught.value)
     assert store.attempts >= 2 and crew_service.request_count("kickoff") == 1
+
+
+def test_a_try_airflow_no_longer_runs_starts_nothing(crew_service, crew_connection, monkeypatch):
+    # Once Airflow has reset the task instance, its API refuses the old try's writes (404): the claim
+    # written just before POST /kickoff fails, and that try starts no execution.
+    store = FakeStateStore(failures=1, failing_key=CrewKickoffOperator.CLAIM_KEY)
+    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+        _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI()})
+    assert crew_service.request_count("kickoff") == 0
+
+
+def test_a_retry_after_an_unrecorded_claim_says_so_and_starts_anew(
+    crew_service, crew_connection, monkeypatch, caplog
+):
+    store = FakeStateStore()
+    store.values[CrewKickoffOperator.CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0}
+    op = _kickoff_operator(store, monkeypatch, wait_for_completion=False, meta={"job": "nightly"})
+    # Airflow's task logger does not reach caplog: read the operator's warnings from a plain logger.
+    monkeypatch.setattr(CrewKickoffOperator, "log", property(lambda self: logging.getLogger("tests.kickoff")))
+    with caplog.at_level("WARNING", logger="tests.kickoff"):
+        kickoff_id = op.execute({"ti": FakeTI()})
+    assert "Try 1 of this task set out to start a crew execution" in caplog.text
+    assert "{'job': 'nightly'}" in caplog.text
+    assert crew_service.request_count("kickoff") == 1 and list(crew_service.executions) == [kickoff_id]
+    assert store.values == {}  # done with it (wait_for_completion=False): claim and id cleared
+
+
+class ResultPushDownTI(FakeTI):
+    """A task instance whose last XCom push (the result) fails, as a swamped Airflow's can."""
+
+    def xcom_push(self, key: str, value: object) -> None:
+        if key == "output":
+            raise RuntimeError("API_SERVER_ERROR: timed out")
+        super().xcom_push(key, value)
+
+
+def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
+    crew_service, crew_connection, monkeypatch
+):
+    store = FakeStateStore()
+    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+        _kickoff_operator(store, monkeypatch).execute({"ti": ResultPushDownTI()})
+    [kickoff_id] = crew_service.executions
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id  # not forgotten before the end
+
+    ti = FakeTI()
+    assert _kickoff_operator(store, monkeypatch).execute({"ti": ti}) == kickoff_id
+    assert crew_service.request_count("kickoff") == 1
+    assert ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+    assert store.values == {}
