@@ -244,15 +244,21 @@ class CeleryCluster(AirflowStack):
         )
         return None if entry is None else entry["value"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
-        """The text of one try's log, as the UI shows it ("" while there is none)."""
-        body = self.api(
+    def task_log_records(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
+    ) -> dict[str, Any] | None:
+        """One try's log as the REST API answers it (records with their error details), or None."""
+        return self.api(
             "GET",
             f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
             expect=(200, 404),
             params={"map_index": map_index, "full_content": "true"},
             headers={"Accept": "application/json"},
         )
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
+        """The text of one try's log, as the UI shows it ("" while there is none)."""
+        body = self.task_log_records(dag_id, run_id, task_id, map_index, try_number)
         if body is None:
             return ""
         content = body["content"]

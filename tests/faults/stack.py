@@ -106,6 +106,7 @@ class FaultStack(AirflowStack):
     # The distributed cluster's REST helpers for mapped task instances.
     task_instances = CeleryCluster.task_instances
     xcom_value = CeleryCluster.xcom_value
+    task_log_records = CeleryCluster.task_log_records
     task_log = CeleryCluster.task_log
 
     def start(self, components: Sequence[str] = COMPONENTS) -> None:

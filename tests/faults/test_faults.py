@@ -169,15 +169,7 @@ def mapped(stack: FaultStack, dag_id: str, run_id: str) -> dict[Key, dict[str, A
 
 def raw_task_log(stack: FaultStack, dag_id: str, key: Key, try_number: int) -> str:
     """One try's log records as JSON text: with the exception's type, which the UI's text leaves out."""
-    run_id, task_id, map_index = key
-    body = stack.api(
-        "GET",
-        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-        expect=(200, 404),
-        params={"map_index": map_index, "full_content": "true"},
-        headers={"Accept": "application/json"},
-    )
-    return json.dumps(body)
+    return json.dumps(stack.task_log_records(dag_id, *key, try_number=try_number))
 
 
 def no_failures(tis: dict[Key, dict[str, Any]]) -> None:

@@ -15,20 +15,7 @@ from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 
-KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
-
-
-class FakeTI:
-    def __init__(self) -> None:
-        self.xcom: dict[str, object] = {}
-        self.pulled: list[dict] = []
-
-    def xcom_push(self, key: str, value: object) -> None:
-        self.xcom[key] = value
-
-    def xcom_pull(self, **kwargs):
-        self.pulled.append(kwargs)
-        return self.xcom.get(f"pull:{kwargs.get('key')}")
+from .test_crew import KICKOFF_ID, FakeTI
 
 
 @pytest.mark.parametrize(
