@@ -221,6 +221,24 @@ class Poller:
     whether the service has answered for the execution, which ends the 404 grace.
     """
 
+    # A triggerer holds one per wait: no per-instance dict.
+    __slots__ = (
+        "_interval",
+        "_last_raw_state",
+        "_last_record",
+        "_log_state_change",
+        "_logged_not_visible",
+        "clock",
+        "deadline",
+        "execution_seen",
+        "kickoff_id",
+        "log",
+        "max_poll_interval",
+        "not_found_deadline",
+        "poll_interval",
+        "wait_for",
+    )
+
     def __init__(
         self,
         kickoff_id: str,

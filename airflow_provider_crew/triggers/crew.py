@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,11 +25,89 @@ from airflow_provider_crew.waiting import (
 # The first poll comes this fraction of poll_interval to the whole of it after the trigger starts,
 # at random: waits started together (a triggerer restart, a mapped task) do not poll together.
 FIRST_POLL_JITTER = 0.5
+# At most this many waits in one event loop make their first poll in any second. A triggerer that
+# restarts with 10,000 waits, or 10,000 mapped tasks deferring at once, would otherwise send about
+# 10,000 polls in one second: over three times what one loop serves (a poll costs 300-400 µs of
+# the triggerer's CPU), so every poll would queue, the loop would lag for every trigger in it and
+# the crew service would take the whole burst. Waits started one at a time are not delayed.
+FIRST_POLLS_PER_SECOND = 500.0
 
 
-def first_poll_delay(poll_interval: float, deadline: float, now: float) -> float:
-    """Seconds until a wait's first poll: a random part of ``poll_interval``, never past the deadline."""
+class FirstPollPacer:
+    """Holds the first polls of the waits in one event loop to ``per_second``.
+
+    Time is cut into slots of :attr:`SLOT` seconds, each taking ``per_second * SLOT`` first polls. A
+    wait's first poll goes in the slot of the time it wants, or the next slot with room: a wait
+    started alone, or among a few hundred, polls when it wanted to; in a herd, the polls that do not
+    fit are spread over the following slots.
+
+    :param per_second: The most first polls in one second.
+    """
+
+    SLOT = 0.1  # seconds
+
+    __slots__ = ("__weakref__", "_capacity", "_next_open", "_taken")
+
+    def __init__(self, per_second: float = FIRST_POLLS_PER_SECOND) -> None:
+        self._capacity = max(1, round(per_second * self.SLOT))
+        self._taken: dict[int, int] = {}  # slot -> first polls placed in it
+        self._next_open: dict[int, int] = {}  # full slot -> a later slot to look at next
+
+    def delay(self, wanted: float, now: float) -> float:
+        """Seconds from ``now`` (the loop's time) to a first poll wanted ``wanted`` seconds from now."""
+        wanted_slot = int((now + wanted) / self.SLOT)
+        slot = self._open_slot(wanted_slot)
+        taken = self._taken.get(slot, 0) + 1
+        self._taken[slot] = taken
+        if taken == self._capacity:
+            self._next_open[slot] = slot + 1
+        if len(self._taken) > 10_000:
+            self._forget_before(int(now / self.SLOT))
+        return wanted + (slot - wanted_slot) * self.SLOT  # a later slot keeps the offset within it
+
+    def _open_slot(self, slot: int) -> int:
+        """``slot``, or the first later one with room; full slots passed on the way point past it."""
+        passed = []
+        while slot in self._next_open:
+            passed.append(slot)
+            slot = self._next_open[slot]
+        for full in passed:
+            self._next_open[full] = slot
+        return slot
+
+    def _forget_before(self, slot: int) -> None:
+        self._taken = {s: n for s, n in self._taken.items() if s >= slot}
+        self._next_open = {s: nxt for s, nxt in self._next_open.items() if s >= slot}
+
+    @classmethod
+    def for_running_loop(cls) -> FirstPollPacer:
+        """The running event loop's pacer (a triggerer runs every trigger in one loop)."""
+        loop = asyncio.get_running_loop()
+        pacer = _loop_pacers.get(loop)
+        if pacer is None:
+            pacer = _loop_pacers[loop] = cls()
+        return pacer
+
+
+_loop_pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FirstPollPacer] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def first_poll_delay(
+    poll_interval: float, deadline: float, now: float, *, pacer: FirstPollPacer | None = None
+) -> float:
+    """Seconds until a wait's first poll: a random part of ``poll_interval``, never past the deadline.
+
+    :param poll_interval: The wait's first poll interval.
+    :param deadline: Epoch seconds of the wait's deadline.
+    :param now: Epoch seconds now.
+    :param pacer: The event loop's :class:`FirstPollPacer`, which may put the poll later when many
+        waits start together.
+    """
     delay = random.uniform(poll_interval * FIRST_POLL_JITTER, poll_interval)
+    if pacer is not None:
+        delay = pacer.delay(delay, asyncio.get_running_loop().time())
     return max(0.0, min(delay, deadline - now))
 
 
@@ -111,7 +190,8 @@ class CrewStatusTrigger(BaseTrigger):
             execution_seen=self.execution_seen,
         )
         # The operator read the status just before deferring: look again within one interval.
-        await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time()))
+        pacer = FirstPollPacer.for_running_loop()
+        await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
         while True:
             try:
                 connection = await shared_connection(self.crew_conn_id)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import random
 import threading
 import time
 import uuid
+from collections import Counter
 
 import aiohttp
 import pytest
@@ -411,6 +413,44 @@ def test_the_first_poll_is_spread_over_half_an_interval_to_one_and_never_past_th
     assert max(delays) - min(delays) > 0.5  # spread, not one instant for every wait
     assert trigger_module.first_poll_delay(2.0, now + 0.3, now) <= 0.3
     assert trigger_module.first_poll_delay(2.0, now - 5, now) == 0.0
+
+
+def test_a_herd_of_first_polls_is_held_to_the_pacers_rate():
+    pacer = trigger_module.FirstPollPacer(per_second=500)
+    now = 100.0
+    rng = random.Random(7)
+    wanted = [rng.uniform(1.0, 2.0) for _ in range(10_000)]  # a triggerer restart
+    delays = [pacer.delay(w, now) for w in wanted]
+
+    per_slot = Counter(int((now + d) / pacer.SLOT) for d in delays)
+    assert max(per_slot.values()) == 50  # 500 a second, 0.1 s slots
+    assert all(d >= w for d, w in zip(delays, wanted, strict=True))  # later, never sooner than wanted
+    assert 19.0 < max(delays) < 21.5  # 10,000 polls at 500 a second, from 1 s on
+
+
+def test_waits_started_alone_or_by_the_hundred_poll_when_they_wanted():
+    pacer = trigger_module.FirstPollPacer(per_second=500)
+    wanted = [1.0 + i / 300 for i in range(300)]  # 30 in each 0.1 s slot: room for 50
+    assert [pacer.delay(w, 100.0) for w in wanted] == wanted
+    # One second later the slots the herd above filled are behind; nothing is held.
+    assert pacer.delay(1.5, 101.6) == 1.5
+
+
+def test_the_pacer_forgets_slots_that_have_passed():
+    pacer = trigger_module.FirstPollPacer(per_second=10)  # one first poll a slot: every slot fills
+    for step in range(30_000):
+        assert pacer.delay(1.0, step * 0.1 + 0.05) == pytest.approx(1.0)  # mid-slot: no rounding
+    assert len(pacer._taken) <= 10_001 and len(pacer._next_open) <= 10_001
+
+
+async def test_a_paced_first_poll_still_comes_by_the_deadline():
+    pacer = trigger_module.FirstPollPacer.for_running_loop()
+    assert trigger_module.FirstPollPacer.for_running_loop() is pacer  # one per event loop
+    now = time.time()
+    for _ in range(2_000):  # fill four seconds of slots
+        trigger_module.first_poll_delay(2.0, now + 60, now, pacer=pacer)
+    assert trigger_module.first_poll_delay(2.0, now + 60, now, pacer=pacer) > 4.0
+    assert trigger_module.first_poll_delay(2.0, now + 1.5, now, pacer=pacer) == pytest.approx(1.5)
 
 
 async def test_waits_started_together_do_not_poll_together(monkeypatch):
