@@ -24,7 +24,7 @@ Variants: ``crew`` (CrewStatusTrigger, default poll intervals: 2 s growing to 15
 new aiohttp session per poll as it does). Needs ``apache-airflow-providers-http`` (and
 ``requests-toolbelt``) importable; ``--http-path`` adds a ``pip install --target`` directory.
 
-    python benchmarks/trigger_scale.py [--sizes 1000,10000] [--seconds 45] [--repeat 1]
+    python benchmarks/trigger_scale.py [--sizes 1000,10000] [--seconds 60] [--repeat 3] [--big 50000]
     python benchmarks/trigger_scale.py --quick          # N=1,000 only, 20 s per variant
 
 Variants are interleaved (crew, http, crew, http, ...) so machine load hits them alike. Prints
@@ -296,7 +296,7 @@ def main() -> int:
     )
     parser.add_argument("--sizes", default="1000,10000", help="numbers of waits (comma-separated)")
     parser.add_argument("--big", type=int, default=0, help="also run the crew trigger alone at this N")
-    parser.add_argument("--seconds", type=float, default=45.0, help="run length per variant")
+    parser.add_argument("--seconds", type=float, default=60.0, help="run length per variant")
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the median row is shown")
     parser.add_argument("--variants", default="crew,http")
     parser.add_argument("--http-interval", type=float, default=5.0, help="HttpSensorTrigger poke_interval")
