@@ -128,13 +128,42 @@ def park_for_human_input(
 
         raise TaskAwaitingInput(method_name=method_name, kwargs=kwargs, timeout=response_timeout)
 
+    defer_until_answered(
+        task,
+        context,
+        options=options,
+        defaults=defaults,
+        params=params,
+        response_timeout=response_timeout,
+        method_name=method_name,
+        kwargs=kwargs,
+    )
+
+
+def defer_until_answered(
+    task: Any,
+    context: Context,
+    *,
+    options: list[str],
+    defaults: list[str] | None,
+    params: dict[str, Any],
+    response_timeout: timedelta | None,
+    method_name: str,
+    kwargs: dict[str, Any],
+) -> NoReturn:
+    """Wait in the triggerer for the answer to this task instance's request, as it stands.
+
+    The request is not written again, so an answer it already holds is kept: Airflow clears the
+    answer when a try writes the request again. The answer is held back until the deferring
+    process's exit is surely handled (:func:`deferral_settle_seconds`). Needs Airflow 3.1+.
+    """
     from airflow.sdk.timezone import utcnow
 
     from airflow_provider_crew.triggers.human_review import CrewReviewAnswerTrigger
 
     task.defer(
         trigger=CrewReviewAnswerTrigger(
-            ti_id=ti_id,
+            ti_id=context["task_instance"].id,
             options=options,
             defaults=defaults,
             params=params,
@@ -189,6 +218,7 @@ __all__ = [
     "aget_connection",
     "conf",
     "default_deferrable",
+    "defer_until_answered",
     "deferral_settle_seconds",
     "hitl_params",
     "park_for_human_input",

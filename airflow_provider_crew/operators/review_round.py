@@ -13,6 +13,7 @@ The request's text and the reading of the answer are in :mod:`airflow_provider_c
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow_provider_crew import review
 from airflow_provider_crew._compat import (
     AirflowSkipException,
+    defer_until_answered,
     hitl_params,
     park_for_human_input,
     task_state_store,
@@ -48,6 +50,9 @@ if TYPE_CHECKING:
 
 # Where a round keeps the record of an answer it applied, for a retry of the same round (Airflow 3.3+).
 APPLIED_RECORD_KEY = "crew_review_applied"
+# Where a round keeps what it asked about (execution, crew task, a digest of the output), so that a
+# retry can tell an answer given to its earlier try about this very pause (Airflow 3.3+).
+ASKED_RECORD_KEY = "crew_review_asked"
 
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
@@ -175,6 +180,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self._raise_for_outcome(kickoff_id, result)
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
+            if self._asked_about_this_pause_before(context, kickoff_id, status):
+                self._collect_earlier_answer(context, kickoff_id, status)  # defers, like _ask parks
             self._ask(context, kickoff_id, status)  # parks: returns only through execute_review
         if status is not None:
             context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
@@ -192,6 +199,34 @@ class CrewReviewRoundOperator(ReviewTaskBase):
 
     def _ask(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
         """Write this round's request and wait for the answer without a worker slot."""
+        request = self._write_request(context, kickoff_id, status)
+        crew_task = request["crew_task"]
+        self.log.info(
+            "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
+            self.round_number,
+            kickoff_id,
+            crew_task,
+            _truncate(status.paused_task_output, 2000),
+        )
+        for notifier in self.notifiers:
+            notifier(context)
+        self._keep_asked(context, kickoff_id, status)
+        park_for_human_input(
+            self,
+            context,
+            options=list(OPTIONS),
+            subject=request["subject"],
+            body=request["body"],
+            defaults=[APPROVE] if self.approve_on_timeout else None,
+            params=self._params(),
+            assigned_users=[dict(user) for user in self.assigned_users],
+            response_timeout=self.response_timeout,
+            method_name="execute_review",
+            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
+        )
+
+    def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
+        """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""
         earlier = self._rounds_before(context, self.round_task_ids[: self.round_number - 1])
         crew_task = crew_task_name(status)
         subject = self.subject.replace("{task}", crew_task)
@@ -206,28 +241,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=request)
         self.body = request["body"]
-        self.log.info(
-            "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
-            self.round_number,
-            kickoff_id,
-            crew_task,
-            _truncate(status.paused_task_output, 2000),
-        )
-        for notifier in self.notifiers:
-            notifier(context)
-        park_for_human_input(
-            self,
-            context,
-            options=list(OPTIONS),
-            subject=request["subject"],
-            body=request["body"],
-            defaults=[APPROVE] if self.approve_on_timeout else None,
-            params=self._params(),
-            assigned_users=[dict(user) for user in self.assigned_users],
-            response_timeout=self.response_timeout,
-            method_name="execute_review",
-            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
-        )
+        return request
 
     @staticmethod
     def _params() -> dict[str, Any]:
@@ -300,15 +314,14 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
         if moved_on:
             return self._not_sent(record, moved_on)
+        webhooks = self._webhook_addresses(context, kickoff_id)
+        self._claim_resume(context, kickoff_id, record)
         try:
             result = hook.resume(
-                kickoff_id,
-                crew_task_id,
-                record["feedback"],
-                record["is_approve"],
-                **self._webhook_addresses(context, kickoff_id),
+                kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
             )
         except CrewBadRequestError as error:
+            self._keep_applied(context, kickoff_id, None)
             return self._not_sent(
                 record, f"The crew did not accept the answer: {error.service_message or error}"
             )
@@ -329,19 +342,40 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     # Airflow can fail a round after its answer was applied: on 3.3 an answer that lands before the
     # scheduler has handled the parking process's exit gets the task failed (apache/airflow#72716).
     # Its retry would find the crew moved on and skip, and the result's review_history would lose
-    # who approved. So the applied record is kept in the task state store, which outlives a try.
+    # who approved. So the record is kept in the task state store, which outlives a try, and it is
+    # written *before* POST /resume: Airflow refuses that write for a try it has already failed, and
+    # such a try must not resume the crew (its retry collects the answer and applies it once).
 
-    def _keep_applied(self, context: Context, kickoff_id: str, record: dict[str, Any]) -> None:
+    def _claim_resume(self, context: Context, kickoff_id: str, record: dict[str, Any]) -> None:
+        """Keep the record as being sent; raise, sending nothing, when Airflow refuses the write."""
         store = task_state_store(context)
         if store is None:
             return  # Airflow < 3.3: no store, and the answer reaches the round through its own trigger
+        claimed = {**record, "applied": True}
         try:
-            store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record})
-        except Exception as error:  # the answer is applied: losing the copy must not fail the round
-            self.log.warning("Could not keep round %d's record for a retry: %s", self.round_number, error)
+            store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": claimed, "state": "sending"})
+        except Exception as error:
+            raise CrewError(
+                f"Round {self.round_number} did not send the answer to crew execution {kickoff_id}: "
+                f"Airflow refused to keep its record ({error}). Airflow has probably failed this try "
+                "already (apache/airflow#72716); the retry collects the same answer and sends it once."
+            ) from None
+
+    def _keep_applied(self, context: Context, kickoff_id: str, record: dict[str, Any] | None) -> None:
+        """Keep the record of the answer as sent, or forget the claim when the crew refused it (None)."""
+        store = task_state_store(context)
+        if store is None:
+            return
+        try:
+            if record is None:
+                store.delete(APPLIED_RECORD_KEY)
+            else:
+                store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"})
+        except Exception as error:  # the claim stays, and says "sent": a retry will not send it again
+            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
 
     def _applied_by_earlier_try(self, context: Context, kickoff_id: str) -> dict[str, Any] | None:
-        """The record of this round's answer, when an earlier try applied it to this execution."""
+        """The record of this round's answer, when an earlier try sent it to this execution."""
         store = task_state_store(context)
         kept = store.get(APPLIED_RECORD_KEY) if store is not None else None
         if not isinstance(kept, dict) or kept.get("kickoff_id") != kickoff_id:
@@ -349,14 +383,72 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         record = kept.get("record")
         if not isinstance(record, dict):
             return None
+        if kept.get("state") == "sending":
+            # The try ended between claiming and confirming: the answer may have reached the crew.
+            # Sending it again could apply it twice; a crew left paused is asked about by the next round.
+            record = {**record, "note": "An earlier try was stopped while sending this answer."}
         self.log.info(
-            "Round %d's answer (%s) was applied to crew execution %s by an earlier try; returning its "
+            "Round %d's answer (%s) was sent to crew execution %s by an earlier try; returning its "
             "record instead of waiting for another pause.",
             self.round_number,
             record.get("answer"),
             kickoff_id,
         )
         return record
+
+    # -- a retry after an answer landed but was never applied -------------------------------------
+    # The same race can fail the try *before* its answer reaches execute_review: Airflow 3.3 resumes a
+    # parked task from the api-server, and when that happens before the scheduler has handled the
+    # parking process's exit, the try is failed instead. Airflow keeps the answer with the request
+    # until a try writes the request again, so the retry collects it through the triggerer (a task
+    # cannot read a request's answer on 3.3, a trigger can), held until its own deferral is surely
+    # handled, rather than asking again: a program that answers at once would lose the race on
+    # every try.
+
+    def _keep_asked(self, context: Context, kickoff_id: str, status: CrewStatus) -> None:
+        store = task_state_store(context)
+        if store is None:
+            return
+        try:
+            store.set(ASKED_RECORD_KEY, _asked_about(kickoff_id, status))
+        except Exception as error:  # a retry then asks again: nothing is lost
+            self.log.warning("Could not keep what round %d asked about: %s", self.round_number, error)
+
+    def _asked_about_this_pause_before(self, context: Context, kickoff_id: str, status: CrewStatus) -> bool:
+        """Whether an earlier try of this round asked about this very pause (Airflow 3.3+)."""
+        store = task_state_store(context)
+        if store is None or _try_number(context) <= 1:
+            return False
+        try:
+            return bool(store.get(ASKED_RECORD_KEY) == _asked_about(kickoff_id, status))
+        except Exception as error:  # then ask again: nothing is lost
+            self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
+            return False
+
+    def _collect_earlier_answer(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
+        """Wait for the answer to the request an earlier try wrote, without writing it again.
+
+        An answer already given to that request is applied once the triggerer reads it; if there is
+        none, the request stays open as it was.
+        """
+        self._write_request(context, kickoff_id, status)
+        self.log.warning(
+            "Round %d asked about this pause in an earlier try, which Airflow ended before an answer "
+            "was applied (an answer that lands before the scheduler has handled the parking, "
+            "apache/airflow#72716). Collecting the answer given to that request, if any, instead of "
+            "asking again.",
+            self.round_number,
+        )
+        defer_until_answered(
+            self,
+            context,
+            options=list(OPTIONS),
+            defaults=[APPROVE] if self.approve_on_timeout else None,
+            params=self._params(),
+            response_timeout=self.response_timeout,
+            method_name="execute_review",
+            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
+        )
 
     def _not_sent(self, record: dict[str, Any], why: str) -> dict[str, Any]:
         record["note"] = why
@@ -428,6 +520,16 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             approve_on_timeout=self.approve_on_timeout,
             retried=retried,
         )
+
+
+def _asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
+    """What identifies a pause a round asked about (the output as a digest: it may be long)."""
+    output = status.paused_task_output or ""
+    return {
+        "kickoff_id": kickoff_id,
+        "crew_task_id": status.paused_task_id or "",
+        "output_sha256": hashlib.sha256(output.encode()).hexdigest(),
+    }
 
 
 def _try_number(context: Context) -> int:

@@ -7,6 +7,7 @@ triggerer, a reviewer through the REST API and in a browser) is in tests/e2e and
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -530,7 +531,8 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     record = review(op, ti_asked(kickoff_id, status), answer("Approve"), kickoff_id, status)
     assert record["applied"]
-    assert store.values[review_round.APPLIED_RECORD_KEY] == {"kickoff_id": kickoff_id, "record": record}
+    kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent"}
+    assert store.values[review_round.APPLIED_RECORD_KEY] == kept
 
     # Airflow failed the try after the answer was applied; the retry must not wait for a pause that
     # will not come and skip, losing who approved: it returns the record of the earlier try.
@@ -559,3 +561,101 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
     monkeypatch.setattr(op, "_wait", wait)
     with pytest.raises(Waited):  # a new execution (the kickoff ran again): this round asks anew
         op.execute(context(FakeTI("round_1")))
+
+
+# -- a retry of a round whose answer landed but was never applied (Airflow 3.3+) -------------------
+
+
+@needs_3_1
+def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
+    from airflow_provider_crew.operators import review_round
+
+    store = FakeStateStore()
+    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    with pytest.raises(park_exception()):
+        round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
+
+    asked = store.values[review_round.ASKED_RECORD_KEY]
+    assert asked["kickoff_id"] == KICKOFF_ID and asked["crew_task_id"] == TASK_ID
+    assert OUTPUT not in json.dumps(asked)  # a digest of the output, not the output
+    assert len(parked) == 1
+
+
+@needs_3_1
+def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_again(parked, monkeypatch):
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_crew.operators import review_round
+
+    store = FakeStateStore()
+    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    with pytest.raises(park_exception()):  # try 1 asks; Airflow fails it as the answer lands
+        round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
+
+    retry_ti = FakeTI(try_number=2)
+    with pytest.raises(TaskDeferred) as waiting:
+        round_operator().execute_complete(context(retry_ti), crew_event(paused_record()))
+
+    assert len(parked) == 1  # the request was not written again: that would clear its answer
+    trigger = waiting.value.trigger
+    assert type(trigger).__name__ == "CrewReviewAnswerTrigger"
+    assert trigger.ti_id == retry_ti.id
+    assert trigger.not_before > time.time()  # held until the deferral is surely handled
+    assert waiting.value.method_name == "execute_review"
+    assert waiting.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID}
+    assert retry_ti.xcom["review_request"]["output"] == OUTPUT  # for the record execute_review builds
+
+
+@needs_3_1
+def test_a_retry_asks_anew_when_the_earlier_try_asked_about_another_output(parked, monkeypatch):
+    from airflow_provider_crew.operators import review_round
+
+    store = FakeStateStore()
+    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    with pytest.raises(park_exception()):
+        round_operator().execute_complete(context(FakeTI()), crew_event(paused_record(output="first draft")))
+
+    with pytest.raises(park_exception()):  # the crew paused again with another output: ask about it
+        round_operator().execute_complete(context(FakeTI(try_number=2)), crew_event(paused_record()))
+    assert len(parked) == 2
+
+
+class RefusingStateStore(FakeStateStore):
+    """A store for a try Airflow has already failed: it refuses writes (the API answers 404)."""
+
+    def set(self, key: str, value: object) -> None:
+        raise RuntimeError("API_SERVER_ERROR: {'status_code': 404, 'reason': 'not_found'}")
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, paused_execution, monkeypatch):
+    from airflow_provider_crew.operators import review_round
+
+    monkeypatch.setattr(review_round, "task_state_store", lambda context: RefusingStateStore())
+    kickoff_id, status = paused_execution
+    op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
+    with pytest.raises(CrewError, match=r"did not send the answer.*the retry collects the same answer"):
+        review(op, ti_asked(kickoff_id, status), answer("Request changes", "Shorter"), kickoff_id, status)
+
+    # Nothing reached the crew: the retry collects this answer and sends it once.
+    assert crew_service.executions[kickoff_id]["feedback"] == []
+    assert crew_service.executions[kickoff_id]["state"] == "PAUSED"
+
+
+@needs_3_1
+def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch):
+    from airflow_provider_crew.operators import review_round
+
+    store = FakeStateStore()
+    sending = {"round": 1, "answer": "Approve", "applied": True}
+    store.set(
+        review_round.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
+    )
+    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    retry = round_operator()
+    monkeypatch.setattr(retry, "_record_execution", lambda *args: None)
+    monkeypatch.setattr(retry, "_wait", lambda *args, **kwargs: pytest.fail("the retry waited again"))
+
+    record = retry.execute(context(FakeTI(try_number=2)))
+    assert record["answer"] == "Approve" and "stopped while sending" in record["note"]
