@@ -194,6 +194,11 @@ def kicked_off_at_from_xcom(context: Context, kickoff_task_id: str, kickoff_id: 
     return None
 
 
+def try_number(context: Context) -> int:
+    """This task instance's try number (1 when the context has none, as in ``dag.test()``)."""
+    return int(getattr(context["ti"], "try_number", 1) or 1)
+
+
 def task_started_at(context: Context) -> float:
     """When this task try started (epoch seconds); a deferral keeps it, so resuming does not move it."""
     started = getattr(context["ti"], "start_date", None)

@@ -33,6 +33,7 @@ from airflow_provider_crew.operators.base import (
     check_webhook_parameter,
     is_template_or_xcom,
     kicked_off_at_record,
+    try_number,
 )
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.waiting import (
@@ -327,7 +328,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         try that was slow to start, say), the API answers 404 for the old try, the write raises, and
         that try starts nothing, while the new one may. Seen with 100 tasks on an overloaded Airflow.
         """
-        store.set(self.CLAIM_KEY, {"try_number": _try_number(context), "epoch_seconds": time.time()})
+        store.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
 
     def _previous_execution(self, store: Any, hook: CrewHook) -> str | None:
         """The execution an earlier try started and a retry should reattach to, if any."""
@@ -396,10 +397,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         if store is not None:
             store.delete(self.STATE_KEY)
             store.delete(self.CLAIM_KEY)
-
-
-def _try_number(context: Context) -> int:
-    return int(getattr(context["ti"], "try_number", 1) or 1)
 
 
 # CrewResumeOperator lives in operators/resume.py; DAGs that import it from here keep working.

@@ -35,6 +35,7 @@ from airflow_provider_crew.operators.base import (
     XCOM_STATUS,
     check_webhook_parameter,
     resume_webhook_addresses,
+    try_number,
 )
 from airflow_provider_crew.operators.review_task import (
     XCOM_REVIEW_REQUEST,
@@ -214,16 +215,22 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         park_for_human_input(
             self,
             context,
-            options=list(OPTIONS),
             subject=request["subject"],
             body=request["body"],
-            defaults=[APPROVE] if self.approve_on_timeout else None,
-            params=self._params(),
             assigned_users=[dict(user) for user in self.assigned_users],
-            response_timeout=self.response_timeout,
-            method_name="execute_review",
-            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
+            **self._answer_wait(kickoff_id, status),
         )
+
+    def _answer_wait(self, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
+        """How the round waits for the answer, whether it writes the request or collects it."""
+        return {
+            "options": list(OPTIONS),
+            "defaults": [APPROVE] if self.approve_on_timeout else None,
+            "params": self._params(),
+            "response_timeout": self.response_timeout,
+            "method_name": "execute_review",
+            "kwargs": self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
+        }
 
     def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
         """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""
@@ -237,7 +244,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             "crew_task": crew_task,
             "output": status.paused_task_output,
             "subject": f"{subject} (round {self.round_number} of {len(self.round_task_ids)})",
-            "body": self.review_body(kickoff_id, status, earlier, retried=_try_number(context) > 1),
+            "body": self.review_body(kickoff_id, status, earlier, retried=try_number(context) > 1),
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=request)
         self.body = request["body"]
@@ -321,7 +328,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
             )
         except CrewBadRequestError as error:
-            self._keep_applied(context, kickoff_id, None)
+            self._drop_resume_claim(context)
             return self._not_sent(
                 record, f"The crew did not accept the answer: {error.service_message or error}"
             )
@@ -361,17 +368,24 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 "already (apache/airflow#72716); the retry collects the same answer and sends it once."
             ) from None
 
-    def _keep_applied(self, context: Context, kickoff_id: str, record: dict[str, Any] | None) -> None:
-        """Keep the record of the answer as sent, or forget the claim when the crew refused it (None)."""
+    def _keep_applied(self, context: Context, kickoff_id: str, record: dict[str, Any]) -> None:
+        """Keep the record of the answer as sent."""
         store = task_state_store(context)
         if store is None:
             return
         try:
-            if record is None:
-                store.delete(APPLIED_RECORD_KEY)
-            else:
-                store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"})
-        except Exception as error:  # the claim stays, and says "sent": a retry will not send it again
+            store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"})
+        except Exception as error:  # the claim stays, "sending": a retry will not send it again
+            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
+
+    def _drop_resume_claim(self, context: Context) -> None:
+        """Forget the claim: the crew refused the answer, so nothing was sent."""
+        store = task_state_store(context)
+        if store is None:
+            return
+        try:
+            store.delete(APPLIED_RECORD_KEY)
+        except Exception as error:  # a retry then finds "sending" and does not send: nothing doubles
             self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
 
     def _applied_by_earlier_try(self, context: Context, kickoff_id: str) -> dict[str, Any] | None:
@@ -417,7 +431,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     def _asked_about_this_pause_before(self, context: Context, kickoff_id: str, status: CrewStatus) -> bool:
         """Whether an earlier try of this round asked about this very pause (Airflow 3.3+)."""
         store = task_state_store(context)
-        if store is None or _try_number(context) <= 1:
+        if store is None or try_number(context) <= 1:
             return False
         try:
             return bool(store.get(ASKED_RECORD_KEY) == _asked_about(kickoff_id, status))
@@ -439,16 +453,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             "asking again.",
             self.round_number,
         )
-        defer_until_answered(
-            self,
-            context,
-            options=list(OPTIONS),
-            defaults=[APPROVE] if self.approve_on_timeout else None,
-            params=self._params(),
-            response_timeout=self.response_timeout,
-            method_name="execute_review",
-            kwargs=self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
-        )
+        defer_until_answered(self, context, **self._answer_wait(kickoff_id, status))
 
     def _not_sent(self, record: dict[str, Any], why: str) -> dict[str, Any]:
         record["note"] = why
@@ -530,10 +535,6 @@ def _asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
         "crew_task_id": status.paused_task_id or "",
         "output_sha256": hashlib.sha256(output.encode()).hexdigest(),
     }
-
-
-def _try_number(context: Context) -> int:
-    return int(getattr(context["ti"], "try_number", 1) or 1)
 
 
 def _truncate(value: Any, limit: int) -> str:
