@@ -18,9 +18,13 @@ def get_provider_info() -> dict[str, Any]:
     """
     from airflow_provider_crew.connection import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
-    def modules(kind: str, *extra: str) -> list[dict[str, Any]]:
-        names = [f"airflow_provider_crew.{kind}.{name}" for name in ("crew", *extra)]
-        return [{"integration-name": INTEGRATION_NAME, "python-modules": names}]
+    def modules(*names: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "integration-name": INTEGRATION_NAME,
+                "python-modules": [f"airflow_provider_crew.{name}" for name in names],
+            }
+        ]
 
     return {
         "package-name": PACKAGE_NAME,
@@ -32,10 +36,12 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["service"],
             }
         ],
-        "hooks": modules("hooks"),
-        "operators": modules("operators", "resume", "review_task", "review_round", "human_review"),
-        "sensors": modules("sensors"),
-        "triggers": modules("triggers"),
+        "hooks": modules("hooks.crew"),
+        "operators": modules(
+            "operators.crew", "operators.resume", "review.group", "review.round", "review.result"
+        ),
+        "sensors": modules("sensors.crew"),
+        "triggers": modules("triggers.crew", "review.answer"),
         "extra-links": ["airflow_provider_crew.links.crew.CrewExecutionLink"],
         "connection-types": [
             {

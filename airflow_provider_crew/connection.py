@@ -408,3 +408,42 @@ class CrewConnectionConfig:
     def timeout(self) -> tuple[float, float]:
         """(connect, read) time-outs as ``requests`` takes them."""
         return (self.connect_timeout, self.read_timeout)
+
+
+def connection_form_widgets() -> dict[str, Any]:
+    """The connection form's extra fields for Airflow < 3.2 (3.2+ reads ``conn-fields`` from provider info).
+
+    Imports the form libraries when called: this module itself imports nothing of Airflow's web stack.
+
+    Airflow 3.0 and 3.1 call this with stand-ins for wtforms and flask-appbuilder when those are
+    not installed; the stand-ins take only label, validators, description, default and widget,
+    and turn an ``any_of`` validator into a drop-down.
+    """
+    from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+    from flask_babel import lazy_gettext
+    from wtforms import BooleanField, IntegerField, StringField
+    from wtforms.validators import Optional, any_of
+
+    widgets: dict[str, Any] = {}
+    for name, spec in CONN_FIELDS.items():
+        kinds = spec["schema"]["type"]
+        label = lazy_gettext(spec["label"])
+        default = spec["schema"].get("default")
+        validators = [Optional()]
+        if "enum" in spec["schema"]:
+            validators.append(any_of(spec["schema"]["enum"]))
+        if "boolean" in kinds:
+            widgets[name] = BooleanField(label, default=default, description=spec["description"])
+        elif "integer" in kinds:
+            widgets[name] = IntegerField(
+                label, validators=validators, default=default, description=spec["description"]
+            )
+        else:
+            widgets[name] = StringField(
+                label,
+                validators=validators,
+                widget=BS3TextFieldWidget(),
+                default=default,
+                description=spec["description"],
+            )
+    return widgets

@@ -1,5 +1,11 @@
 """Typed errors of the crew provider. Messages name the endpoint, the HTTP status and what the
-service said, never the token."""
+service said, never the token.
+
+Every error the provider raises is defined here, with one exception: a wrong ``crew`` connection
+setting is :class:`airflow_provider_crew.connection.CrewConnectionError`, defined beside the
+validation that raises it because that module imports nothing of Airflow (the provider metadata
+reads it); the hook turns it into :class:`CrewConfigurationError` before any task sees it.
+"""
 
 from __future__ import annotations
 
@@ -115,3 +121,15 @@ class CrewRedirectError(CrewHTTPError, CrewConfigurationError):
     reaches another host and a kickoff or resume is never sent to a second place. The fix is the
     connection's host: set it to the address the service redirects to.
     """
+
+
+class CrewReviewTimeoutError(CrewError, AirflowFailException):
+    """Nobody answered a review request within ``response_timeout``; the execution stays paused.
+
+    An AirflowFailException: the round fails without using its retries (the message says how to ask
+    again).
+    """
+
+
+class CrewReviewRoundsExhaustedError(CrewError, AirflowFailException):
+    """The crew wants (another) review but every round of the review's task group is used."""

@@ -67,8 +67,7 @@ def _reset_peak() -> None:
 
 
 async def _child(config: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_crew.hooks.async_transport import close_shared_sessions
-    from airflow_provider_crew.hooks.crew import CrewHook
+    from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
 
     good_hook = CrewHook("crew_good")
     bad_hook = CrewHook("crew_bad")

@@ -24,7 +24,7 @@ import pendulum
 from airflow.sdk import DAG, XComArg, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
-from airflow_provider_crew.operators.human_review import crew_human_review
+from airflow_provider_crew.review import crew_human_review
 
 WEBHOOK_BASE = os.environ.get("CREW_EXAMPLE_WEBHOOK_BASE")
 NOTIFICATIONS = (

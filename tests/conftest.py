@@ -29,7 +29,7 @@ def crew_conn(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture(autouse=True)
 def _forget_learned_status_paths():
     """The hook learns a service's status path per process; every test starts without that memory."""
-    from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
+    from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
 
     LEARNED_STATUS_PATHS.forget()
     yield

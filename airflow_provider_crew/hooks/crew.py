@@ -1,55 +1,59 @@
-"""CrewHook: the contract's four calls (inputs, kickoff, status, resume) and the connection test.
+"""CrewHook: every request to a crew service, sync for tasks and async for triggers.
 
-Where the rest lives, under ``hooks/``:
+The hook reads the ``crew`` connection from Airflow (validated by :mod:`airflow_provider_crew.connection`)
+and sends the contract's calls through the client under it (:mod:`.client`): the request is built
+(:mod:`.client.request`), sent under the retry policy (:mod:`.client.retry`, :mod:`.client.transport`)
+and read into the contract's models or a typed error (:mod:`.client.response`).
 
-- ``airflow_connection``: the ``crew`` connection read from Airflow and validated; its form fields.
-- ``calls``: a call's URL, headers and what its failure means; ``status_path``: the two status
-  paths and the one each service answers at.
-- ``transport``, ``sync_transport``, ``async_transport``, ``body``, ``redirects``: how a request
-  travels, under a time bound and a body cap; ``retry``: whether it is repeated.
-- ``answers``: reading the service's answers and errors.
-- ``triggerer``: the triggers' async status reads, shared by every wait in an event loop.
+A triggerer may hold thousands of waits in one event loop. Their async reads share, per loop, the
+connection looked up for a connection id (again after :data:`CONNECTION_TTL_SECONDS`), the status
+requests' headers and one aiohttp session.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
+from pydantic import BaseModel
+
+from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook, aget_connection
 from airflow_provider_crew.connection import (
     CONN_TYPE,
     TOKEN_LABEL,
     UI_FIELD_BEHAVIOUR,
     CrewConnectionConfig,
-    StatusPathStyle,
-)
-from airflow_provider_crew.exceptions import CrewAuthenticationError, CrewError, CrewTransportError
-from airflow_provider_crew.hooks.airflow_connection import (
-    aread_config,
-    config_from_connection,
-    connection_extra,
+    CrewConnectionError,
     connection_form_widgets,
-    extra_as_dict,
-    missing_connection,
 )
-from airflow_provider_crew.hooks.answers import build_request_model, read_get_answer, read_post_answer
-from airflow_provider_crew.hooks.async_transport import close_shared_sessions
-from airflow_provider_crew.hooks.calls import (
-    KICKOFF_CONSEQUENCE,
-    RESUME_CONSEQUENCE,
+from airflow_provider_crew.exceptions import (
+    CrewAuthenticationError,
+    CrewConfigurationError,
+    CrewError,
+    CrewTransportError,
+)
+from airflow_provider_crew.hooks.client.request import (
     USER_AGENT,
-    build_call,
+    Call,
+    StatusRead,
+    get_call,
+    post_call,
     request_headers,
-    status_call,
 )
-from airflow_provider_crew.hooks.retry import RetryPolicy, send_with_retries
-from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
-from airflow_provider_crew.hooks.sync_transport import SyncTransport
-from airflow_provider_crew.hooks.transport import Call, Response
-from airflow_provider_crew.hooks.triggerer import aread_status
+from airflow_provider_crew.hooks.client.response import (
+    Response,
+    build_request_model,
+    read_get_answer,
+    read_post_answer,
+)
+from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries, send_with_retries
+from airflow_provider_crew.hooks.client.transport import AsyncTransport, SyncTransport, close_shared_sessions
 from airflow_provider_crew.models import (
     CrewStatus,
     HumanInputWebhook,
@@ -61,17 +65,17 @@ from airflow_provider_crew.models import (
 )
 
 if TYPE_CHECKING:
-    import requests  # imported by the session property: DAG files never need it at parse time
+    import requests
 
-# connection_extra, extra_as_dict and close_shared_sessions are imported from here by other modules.
-__all__ = [
-    "USER_AGENT",
-    "CrewHook",
-    "build_request_model",
-    "close_shared_sessions",
-    "connection_extra",
-    "extra_as_dict",
-]
+# How long a connection looked up for the waits of an event loop is used before it is looked up
+# again: a rotated token or a moved service is picked up within this long.
+CONNECTION_TTL_SECONDS = 60.0
+
+# What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
+KICKOFF_IF_UNKNOWN = "an execution may have started"
+RESUME_IF_UNKNOWN = "the feedback may have been applied"
+
+_ASYNC_TRANSPORT = AsyncTransport(USER_AGENT)
 
 
 class CrewHook(BaseHook):
@@ -97,16 +101,13 @@ class CrewHook(BaseHook):
     ) -> None:
         super().__init__()
         self.crew_conn_id = crew_conn_id
-        self._retry_limit = retry_limit
-        self._retry_delay = retry_delay
-        self._async_config: CrewConnectionConfig | None = None
+        overrides: dict[str, Any] = {"retry_limit": retry_limit, "retry_delay": retry_delay}
+        self._overrides = {name: value for name, value in overrides.items() if value is not None}
         # Seams for tests: sleeping and the clock the retry policy reads (epoch seconds).
         self._sleep: Callable[[float], None] = time.sleep
         self._clock: Callable[[], float] = time.time
-        # A trigger polls one execution through one hook: its request is built once, not per poll.
-        self._status_calls: dict[tuple[str, StatusPathStyle], Call] = {}
 
-    # -- connection ----------------------------------------------------------------------------
+    # -- the connection --------------------------------------------------------------------------
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -125,26 +126,16 @@ class CrewHook(BaseHook):
             connection = self.get_connection(self.crew_conn_id)
         except AirflowNotFoundException:
             raise missing_connection(self.crew_conn_id) from None
-        return self._config_from_connection(connection)
+        return self._with_overrides(config_from_connection(connection, self.crew_conn_id))
 
     async def aget_config(self) -> CrewConnectionConfig:
-        """The same settings, looked up without blocking the event loop."""
-        if self._async_config is None:
-            self._async_config = await aread_config(
-                self.crew_conn_id, retry_limit=self._retry_limit, retry_delay=self._retry_delay
-            )
-        return self._async_config
+        """The same settings, looked up without blocking the event loop (shared by the loop's waits)."""
+        return self._with_overrides((await shared_connection(self.crew_conn_id)).config)
 
-    def _config_from_connection(
-        self, connection: Any, *, name_connection: bool = True
-    ) -> CrewConnectionConfig:
-        return config_from_connection(
-            connection,
-            self.crew_conn_id,
-            name_connection=name_connection,
-            retry_limit=self._retry_limit,
-            retry_delay=self._retry_delay,
-        )
+    def _with_overrides(self, config: CrewConnectionConfig) -> CrewConnectionConfig:
+        return replace(config, **self._overrides) if self._overrides else config
+
+    # -- sending ---------------------------------------------------------------------------------
 
     def get_conn(self) -> requests.Session:
         """The hook's one ``requests.Session`` (connection pooling across calls)."""
@@ -152,7 +143,7 @@ class CrewHook(BaseHook):
 
     @cached_property
     def session(self) -> requests.Session:
-        import requests
+        import requests  # here: a DAG file that imports an operator never needs it
 
         session = requests.Session()
         session.headers["User-Agent"] = USER_AGENT
@@ -168,11 +159,20 @@ class CrewHook(BaseHook):
         policy = RetryPolicy(call, self.config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
+    def _post(
+        self, path: str, request: type[BaseModel], answer: type[BaseModel], *, if_unknown: str, **fields: Any
+    ) -> Any:
+        """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
+        and read the answer as ``answer``."""
+        body = build_request_model(request, **fields).to_wire()
+        call = post_call(self.config, path, body, if_unknown=if_unknown)
+        return read_post_answer(call, self._send(call), answer)
+
     # -- the contract ----------------------------------------------------------------------------
 
     def get_inputs(self) -> list[str]:
         """``GET /inputs``: the names of the inputs the crew expects."""
-        call = build_call(self.config, "GET", "/inputs")
+        call = get_call(self.config, "/inputs")
         return read_get_answer(call, self._send(call), parse_inputs_response)
 
     def kickoff(
@@ -198,8 +198,11 @@ class CrewHook(BaseHook):
         :param human_input_webhook: Where the service announces a pause for human input, and how it
             authenticates there.
         """
-        request = build_request_model(
+        response: KickoffResponse = self._post(
+            "/kickoff",
             KickoffRequest,
+            KickoffResponse,
+            if_unknown=KICKOFF_IF_UNKNOWN,
             inputs=inputs,
             meta=meta,
             task_webhook_url=task_webhook_url,
@@ -207,8 +210,6 @@ class CrewHook(BaseHook):
             crew_webhook_url=crew_webhook_url,
             human_input_webhook=human_input_webhook,
         )
-        call = build_call(self.config, "POST", "/kickoff", request.to_wire(), consequence=KICKOFF_CONSEQUENCE)
-        response: KickoffResponse = read_post_answer(call, self._send(call), KickoffResponse)
         return response.kickoff_id
 
     def get_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
@@ -219,38 +220,27 @@ class CrewHook(BaseHook):
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
         config = self.config
-        styles = LEARNED_STATUS_PATHS.styles_to_try(config)
-        for index, style in enumerate(styles):
-            call = self._status_call(config, kickoff_id, style)
+        read = StatusRead(config, request_headers(config), kickoff_id)
+        for call, style, last in read.calls():
             response = self._send(call, deadline=deadline)
-            if response.status_code == 404 and index + 1 < len(styles):
-                continue
-            LEARNED_STATUS_PATHS.learn(config, style, response)
-            return read_get_answer(call, response, CrewStatus.from_response)
-        raise AssertionError("unreachable")  # pragma: no cover
+            if read.is_answer(response.status_code, style, last=last):
+                return read_get_answer(call, response, CrewStatus.from_response)
+        raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
 
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
-        """Async twin of :meth:`get_status` for triggers: same requests, same parsing.
+        """:meth:`get_status` for triggers, without blocking the event loop: same requests, same reading.
 
-        :param kickoff_id: The execution.
-        :param deadline: Epoch seconds, as for :meth:`get_status`.
+        Every wait in the event loop shares the connection, the requests' headers and the session.
         """
-        config = await self.aget_config()
-        return await aread_status(
-            config,
-            lambda style: self._status_call(config, kickoff_id, style),
-            deadline=deadline,
-            clock=self._clock,
-        )
-
-    def _status_call(self, config: CrewConnectionConfig, kickoff_id: str, style: StatusPathStyle) -> Call:
-        call = self._status_calls.get((kickoff_id, style))
-        if call is None:
-            call = status_call(config.base_url, request_headers(config), kickoff_id, style)
-            if len(self._status_calls) > 64:  # a hook reused for many executions stays small
-                self._status_calls.clear()
-            self._status_calls[(kickoff_id, style)] = call
-        return call
+        shared = await shared_connection(self.crew_conn_id)
+        config = self._with_overrides(shared.config)
+        read = StatusRead(config, shared.headers, kickoff_id)
+        for call, style, last in read.calls():
+            policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
+            response = await asend_with_retries(_ASYNC_TRANSPORT.send, policy)
+            if read.is_answer(response.status_code, style, last=last):
+                return read_get_answer(call, response, CrewStatus.from_response)
+        raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
 
     def resume(
         self,
@@ -277,8 +267,11 @@ class CrewHook(BaseHook):
         :param step_webhook_url: URL the service calls after each agent step.
         :param crew_webhook_url: URL the service calls when the execution completes.
         """
-        request = build_request_model(
+        result: ResumeResult = self._post(
+            "/resume",
             ResumeRequest,
+            ResumeResult,
+            if_unknown=RESUME_IF_UNKNOWN,
             execution_id=execution_id,
             task_id=task_id,
             human_feedback=human_feedback,
@@ -287,8 +280,6 @@ class CrewHook(BaseHook):
             step_webhook_url=step_webhook_url,
             crew_webhook_url=crew_webhook_url,
         )
-        call = build_call(self.config, "POST", "/resume", request.to_wire(), consequence=RESUME_CONSEQUENCE)
-        result: ResumeResult = read_post_answer(call, self._send(call), ResumeResult)
         return result
 
     # -- Airflow's Test action -------------------------------------------------------------------
@@ -303,17 +294,16 @@ class CrewHook(BaseHook):
         """
         try:
             connection = self.get_connection(self.crew_conn_id)
-            config = self._config_from_connection(connection, name_connection=False)
+            config = config_from_connection(connection, self.crew_conn_id, name_connection=False)
         except AirflowNotFoundException:
             return False, str(missing_connection(self.crew_conn_id))
         except CrewError as error:
             return False, str(error)
         # The calls below read self.config: give it the config just validated, not a second lookup.
-        self.__dict__["config"] = config
-        health = build_call(config, "GET", "/")
+        self.__dict__["config"] = self._with_overrides(config)
         try:
             # One try: the action should answer quickly, and an outage is what it is there to show.
-            self._send(health, retry_limit=0)
+            self._send(get_call(config, "/"), retry_limit=0)
         except CrewTransportError as error:
             return False, f"Unreachable: {error}"
         try:
@@ -329,3 +319,152 @@ class CrewHook(BaseHook):
             f"OK: the crew at {config.base_url} expects inputs {inputs} "
             f"({config.credential_kind.value} token)."
         )
+
+
+# -- the crew connection, read from Airflow -------------------------------------------------------------
+
+
+def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
+    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker.
+
+    :param raw: ``connection.extra``.
+    :param invalid: The error message when it is not a JSON object.
+    """
+    if not raw:
+        return {}
+    try:
+        extra = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise CrewConfigurationError(invalid)
+    return extra
+
+
+def connection_extra(connection: Any) -> dict[str, Any]:
+    """A connection's extra as a dict, read without Airflow's ``extra_dejson``.
+
+    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
+    secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
+    (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
+    the connection; the one secret a ``crew`` extra can hold, ``token``, is masked here.
+
+    :param connection: An Airflow connection.
+    """
+    extra = extra_as_dict(
+        connection.extra,
+        invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
+        "empty for the defaults.",
+    )
+    secrets = [
+        extra[key] for key in ("token", f"extra__{CONN_TYPE}__token") if isinstance(extra.get(key), str)
+    ]
+    if any(secrets):
+        from airflow.providers.common.compat.sdk import mask_secret
+
+        for secret in filter(None, secrets):
+            mask_secret(secret)
+    return extra
+
+
+def config_from_connection(
+    connection: Any, conn_id: str, *, name_connection: bool = True
+) -> CrewConnectionConfig:
+    """Validate ``connection`` into a config; errors name the field and, by default, the connection.
+
+    :param connection: An Airflow connection of type ``crew``.
+    :param conn_id: The id it was looked up by.
+    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
+        action, which tests under a random id the user never chose.
+    """
+    if connection.conn_type not in (CONN_TYPE, None, ""):
+        raise CrewConfigurationError(
+            f"Connection {conn_id!r} has type {connection.conn_type!r}; "
+            f"the crew provider needs a connection of type {CONN_TYPE!r}."
+        )
+    try:
+        return CrewConnectionConfig.from_connection_fields(
+            conn_id=conn_id if name_connection else None,
+            host=connection.host,
+            password=connection.password,
+            extra=connection_extra(connection),
+            schema=connection.schema,
+            port=connection.port,
+        )
+    except CrewConnectionError as error:
+        raise CrewConfigurationError(str(error)) from None
+
+
+def missing_connection(conn_id: str) -> CrewConfigurationError:
+    """The error for a connection not defined where this runs, with the ways to define it."""
+    return CrewConfigurationError(
+        f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
+        f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."
+    )
+
+
+# -- the connection shared by the waits of one event loop ------------------------------------------------
+
+
+@dataclass(slots=True)
+class SharedConnection:
+    """A connection's settings as every wait in one event loop uses them, until ``expires``."""
+
+    conn_id: str
+    config: CrewConnectionConfig
+    headers: dict[str, str]  # a status request's headers, shared by every wait's requests
+    expires: float  # loop.time()
+
+
+# Per event loop (the triggerer runs one): conn_id -> the connection, or the lookup in flight.
+_loop_connections: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, SharedConnection | asyncio.Task[SharedConnection]]
+] = weakref.WeakKeyDictionary()
+
+
+async def shared_connection(conn_id: str, *, ttl: float | None = None) -> SharedConnection:
+    """``conn_id`` looked up once per event loop and ``ttl`` seconds, for every wait that uses it.
+
+    Waits that ask while a lookup is in flight share it; a failed lookup is not kept (the next
+    call looks up again). The lookup does not block the loop (Airflow's async connection lookup).
+
+    :param conn_id: The ``crew`` connection.
+    :param ttl: Seconds the lookup is used; :data:`CONNECTION_TTL_SECONDS` by default.
+    """
+    loop = asyncio.get_running_loop()
+    connections = _loop_connections.get(loop)
+    if connections is None:
+        connections = _loop_connections[loop] = {}
+    entry = connections.get(conn_id)
+    if isinstance(entry, SharedConnection) and entry.expires > loop.time():
+        return entry
+    if not isinstance(entry, asyncio.Task):
+        lifetime = CONNECTION_TTL_SECONDS if ttl is None else ttl
+        entry = loop.create_task(_look_up(conn_id, lifetime, connections))
+        connections[conn_id] = entry
+    # shield: a wait cancelled meanwhile does not cancel the lookup the other waits share.
+    return await asyncio.shield(entry)
+
+
+async def _look_up(
+    conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
+) -> SharedConnection:
+    this = asyncio.current_task()
+    try:
+        try:
+            connection = await aget_connection(conn_id)
+        except AirflowNotFoundException:
+            raise missing_connection(conn_id) from None
+        config = config_from_connection(connection, conn_id)
+    except BaseException:
+        if connections.get(conn_id) is this:
+            del connections[conn_id]
+        raise
+    loop_time = asyncio.get_running_loop().time()
+    shared = SharedConnection(conn_id, config, request_headers(config), loop_time + ttl)
+    connections[conn_id] = shared
+    return shared
+
+
+# close_shared_sessions: close the running loop's shared HTTP session now (tests, clean shutdowns).
+__all__ = ["CrewHook", "close_shared_sessions"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_provider_crew._compat import BaseHook
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks.airflow_connection import extra_as_dict
+from airflow_provider_crew.hooks.crew import extra_as_dict
 from airflow_provider_crew.models import HumanInputWebhook
 
 

@@ -3,8 +3,9 @@
 With ``apache-airflow-providers-openlineage`` installed, its listener calls
 ``get_openlineage_facets_on_complete`` / ``..._on_failure`` on each task that has them, in the task's
 own process, after the task's last step. :class:`CrewOpenLineageMixin` answers from what the task
-already holds: the execution id, the connection's base URL and the last status record the task
-read. It sends no request to the crew service. The OpenLineage modules are imported only inside
+kept of its wait (``crew_execution``, :class:`~airflow_provider_crew.waiting.rules.FollowedExecution`):
+the execution id, the connection's base URL and the last status record the task read. It sends no
+request to the crew service. The OpenLineage modules are imported only inside
 those methods, so without the OpenLineage provider nothing of it is imported.
 
 Run facets of each COMPLETE and FAIL event:
@@ -25,16 +26,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_provider_crew.links.crew import push_execution_url
-from airflow_provider_crew.operators.base import CrewWaitMixin
-from airflow_provider_crew.waiting import Outcome, WaitResult
+from airflow_provider_crew.waiting.rules import FollowedExecution, Outcome, WaitResult
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from airflow.sdk import Context
 
     from airflow_provider_crew.connection import CrewConnectionConfig
-    from airflow_provider_crew.hooks.crew import CrewHook
 
 # Run facet names in the events.
 CREW_EXECUTION_FACET = "crewExecution"
@@ -76,40 +73,18 @@ def _token_usage(record: Mapping[str, Any]) -> dict[str, int] | None:
     return None
 
 
-class CrewOpenLineageMixin(CrewWaitMixin):
+class CrewOpenLineageMixin:
     """OpenLineage facets for the tasks that follow a crew execution.
 
-    The task calls :meth:`_record_execution` once it knows its execution; every outcome passes
-    through ``_raise_for_outcome``, which this mixin overrides to keep the result. Both live on the
-    operator instance, which the OpenLineage listener reads in the same process.
+    Reads ``crew_execution``, which the task's wait keeps (:class:`~airflow_provider_crew.waiting.task.
+    CrewWaitMixin`): the listener calls these methods on the operator instance, in the same process.
     """
 
     #: Send the input values and the output to lineage backends too (they may be private).
     openlineage_include_values: bool = False
-    _lineage_kickoff_id: str | None = None
-    _lineage_config: CrewConnectionConfig | None = None
-    _lineage_result: WaitResult | None = None
-
-    def _record_execution(self, context: Context, hook: CrewHook, kickoff_id: str) -> None:
-        """Remember the execution this task follows, and push its page URL for the extra link.
-
-        Call it as soon as the execution is known, before waiting or deferring.
-        """
-        self._lineage_kickoff_id = kickoff_id
-        self._lineage_config = hook.config
-        self._remember_execution_url(push_execution_url(context, hook.config, kickoff_id))
-
-    def _raise_for_outcome(self, kickoff_id: str, result: WaitResult) -> None:
-        # Every way a wait ends (blocking, deferred, sensor poke) passes here: keep it for lineage.
-        self._lineage_kickoff_id = kickoff_id
-        self._lineage_result = result
-        if not self._execution_url_known:
-            # Resumed without the URL carried in next_kwargs (``dag.test()`` drops them): the
-            # connection says what it is, so the link need not look for it in XCom.
-            config = self._lineage_connection()
-            if config is not None:
-                self._remember_execution_url(config.execution_url(kickoff_id))
-        super()._raise_for_outcome(kickoff_id, result)
+    crew_execution: FollowedExecution | None = None
+    crew_conn_id: str
+    log: Any
 
     # -- called by the OpenLineage provider ------------------------------------------------------
 
@@ -135,19 +110,20 @@ class CrewOpenLineageMixin(CrewWaitMixin):
 
         from airflow_provider_crew.openlineage.facets import CrewExecutionRunFacet
 
-        result = self._lineage_result
+        followed = self.crew_execution or FollowedExecution()
+        result = followed.result
         error = self._lineage_error(result)
         run_facets: dict[str, Any] = {}
         if failed and error:
             run_facets[ERROR_MESSAGE_FACET] = error_message_run.ErrorMessageRunFacet(
                 message=error, programmingLanguage="python"
             )
-        kickoff_id = self._lineage_kickoff_id or self._rendered_kickoff_id()
+        kickoff_id = followed.kickoff_id or self._rendered_kickoff_id()
         if not kickoff_id:
             # Failed before an execution existed (bad inputs, kickoff refused): nothing ran.
             return OperatorLineage(run_facets=run_facets) if run_facets else None
 
-        config = self._lineage_connection()
+        config = self._lineage_connection(followed)
         if config is not None:
             run_facets[EXTERNAL_QUERY_FACET] = external_query_run.ExternalQueryRunFacet(
                 externalQueryId=kickoff_id, source=public_base_url(config.base_url)
@@ -167,22 +143,21 @@ class CrewOpenLineageMixin(CrewWaitMixin):
             inputs=_json_safe(dict(inputs)) if include_values and inputs is not None else None,
             output=_json_safe(self._lineage_output(result)) if include_values else None,
             error=error,
-            executionUrl=self._execution_url
-            or (config.execution_url(kickoff_id) if config is not None else None),
+            executionUrl=followed.url or (config.execution_url(kickoff_id) if config is not None else None),
         )
         return OperatorLineage(run_facets=run_facets)
 
-    def _lineage_connection(self) -> CrewConnectionConfig | None:
+    def _lineage_connection(self, followed: FollowedExecution) -> CrewConnectionConfig | None:
         """The connection's settings: those the task read, else the connection itself.
 
         After a deferral the task resumes in a new process that never built a hook; reading the
         Airflow connection then is a lookup in Airflow, not a request to the crew service.
         """
-        if self._lineage_config is None:
+        if followed.config is None:
             from airflow_provider_crew.hooks.crew import CrewHook
 
             try:
-                self._lineage_config = CrewHook(crew_conn_id=self.crew_conn_id).config
+                followed.config = CrewHook(crew_conn_id=self.crew_conn_id).config
             except Exception:
                 self.log.warning(
                     "OpenLineage: could not read connection %r; the event has no externalQuery facet.",
@@ -190,7 +165,7 @@ class CrewOpenLineageMixin(CrewWaitMixin):
                     exc_info=True,
                 )
                 return None
-        return self._lineage_config
+        return followed.config
 
     def _rendered_kickoff_id(self) -> str | None:
         """The ``kickoff_id`` parameter of the sensor and the resume and review operators, rendered:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_crew._compat import BaseOperator, default_deferrable, task_state_store
+from airflow_provider_crew._compat import BaseOperator, task_state_store
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewExecutionFailedError,
@@ -24,24 +24,27 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.models import CrewState
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
-    DEFAULT_TIMEOUT,
     WEBHOOK_PARAMETERS,
-    XCOM_KICKED_OFF_AT,
-    XCOM_KICKOFF_ID,
-    XCOM_WEBHOOKS,
-    CrewWaitMixin,
     check_webhook_parameter,
     is_template_or_xcom,
-    kicked_off_at_record,
     try_number,
 )
 from airflow_provider_crew.operators.resume import CrewResumeOperator
-from airflow_provider_crew.waiting import (
+from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     Outcome,
     WaitFor,
     WaitResult,
+)
+from airflow_provider_crew.waiting.task import (
+    DEFAULT_TIMEOUT,
+    XCOM_KICKED_OFF_AT,
+    XCOM_KICKOFF_ID,
+    XCOM_WEBHOOKS,
+    CrewWaitMixin,
+    default_deferrable,
+    kicked_off_at_record,
 )
 
 if TYPE_CHECKING:
@@ -228,7 +231,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
-        self._record_execution(context, hook, kickoff_id)  # the execution link and lineage
+        self._follow_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.wait_for_completion:
             self._forget_execution(context)
             return kickoff_id
@@ -253,7 +256,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         # leaves its retry the execution to reattach to, not a second one to start.
         if result.outcome is Outcome.FAILED:
             self._forget_execution(context)  # a retry starts anew after a FAILED execution anyway
-        self._raise_for_outcome(kickoff_id, result)
+        self._end_wait(kickoff_id, result)
         self._push_result(context, kickoff_id, result)
         if result.outcome is Outcome.PAUSED and self.on_human_input == "fail":
             self._forget_execution(context)

@@ -1,216 +1,32 @@
-"""Human review of a paused crew execution in Airflow's human-in-the-loop UI: one task per round.
+"""Where ``crew_human_review`` was imported from before the review became one package.
 
-:func:`crew_human_review` lays out a task group: ``round_1`` … ``round_<max_rounds>``
-(:class:`~airflow_provider_crew.operators.review_round.CrewReviewRoundOperator`) and ``result``
-(:class:`CrewReviewResultOperator`). Each round is its own task instance, so each has its own
-request in the Required Actions page, showing the output it asks about, and its own answer,
-reviewer and time in Airflow's records. ``result`` waits for the execution to finish and returns its
-output, with every round's record in XCom ``review_history``.
-
-What the group's tasks share is in :mod:`~airflow_provider_crew.operators.review_task`; the
-request's text and the reading of the answer in :mod:`airflow_provider_crew.review`.
+Everything of the review now lives in :mod:`airflow_provider_crew.review`; these names keep
+working from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators.base import DEFAULT_TIMEOUT, XCOM_STATUS, upstream_task_id
-from airflow_provider_crew.operators.review_round import CrewReviewRoundOperator
-from airflow_provider_crew.operators.review_task import (
-    XCOM_REVIEW_HISTORY,
+from airflow_provider_crew.review import (
+    APPROVE,
+    FEEDBACK_PARAM,
+    OPTIONS,
+    REQUEST_CHANGES,
+    XCOM_REVIEW_REQUEST,
+    CrewReviewResultOperator,
+    CrewReviewRoundOperator,
     CrewReviewRoundsExhaustedError,
-    ReviewTaskBase,
-    check_airflow_supports_review,
-    round_task_id,
+    CrewReviewTimeoutError,
+    crew_human_review,
+    crew_task_name,
 )
-from airflow_provider_crew.operators.review_task import (
-    XCOM_REVIEW_REQUEST as XCOM_REVIEW_REQUEST,
-)
-
-# The answer options and the time-out error, importable from here as before.
-from airflow_provider_crew.review import APPROVE as APPROVE
-from airflow_provider_crew.review import FEEDBACK_PARAM as FEEDBACK_PARAM
-from airflow_provider_crew.review import OPTIONS as OPTIONS
-from airflow_provider_crew.review import REQUEST_CHANGES as REQUEST_CHANGES
-from airflow_provider_crew.review import CrewReviewTimeoutError
-from airflow_provider_crew.review import crew_task_name as crew_task_name
-from airflow_provider_crew.waiting import (
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_POLL_INTERVAL,
-    Outcome,
-    WaitFor,
-    WaitResult,
-)
-
-if TYPE_CHECKING:
-    from airflow.sdk import Context
-    from airflow.sdk.bases.notifier import BaseNotifier
-
-DEFAULT_MAX_ROUNDS = 3
 
 REPLACED = (
     "CrewHumanReviewOperator was replaced by crew_human_review(...), a task group with one task per "
     "review round (each round keeps its own request and answer). Import it from "
-    "airflow_provider_crew.operators.human_review."
+    "airflow_provider_crew.review."
 )
-
-
-class CrewReviewResultOperator(ReviewTaskBase):
-    """
-    The end of a review: wait for the execution to finish and return its final output.
-
-    Runs after the rounds (``trigger_rule="none_failed"``: skipped rounds are fine). Pushes every
-    round's record to XCom ``review_history`` before waiting, and the final output to ``output``.
-    Fails when the execution pauses again after the last round, leaving it paused.
-
-    :param kickoff_id: The execution (templated), usually ``kickoff.output``.
-    :param round_task_ids: Task ids of every round of the group, in order.
-    :param crew_conn_id: The ``crew`` connection.
-    :param inputs: The crew's inputs (templated; optional), as the rounds show them.
-    :param poll_interval: First seconds between status polls.
-    :param max_poll_interval: Longest seconds between status polls.
-    :param timeout: Longest wait for the execution to finish.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send input values
-        and the output in lineage events (off: they may be private).
-    :xcom return_value: The execution's final output.
-    :xcom output: The same final output.
-    :xcom kickoff_id: The execution.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL.
-    :xcom review_history: Every round's record, in order.
-    :xcom status: The last status record.
-    """
-
-    ui_color = "#e9d8fd"
-
-    def execute(self, context: Context) -> Any:
-        kickoff_id = self._start(context)
-        ti = context["ti"]
-        ti.xcom_push(key=XCOM_REVIEW_HISTORY, value=self._rounds_before(context, self.round_task_ids))
-        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
-        return self._finish(context, kickoff_id, result)
-
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        kickoff_id, result = self._result_from_event(event)
-        return self._finish(context, kickoff_id, result)
-
-    def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
-        self._raise_for_outcome(kickoff_id, result)
-        status = result.last_status
-        if result.outcome is Outcome.PAUSED and status is not None:
-            context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
-            raise CrewReviewRoundsExhaustedError(
-                f"Crew execution {kickoff_id} paused for human input again, on task "
-                f"{crew_task_name(status)!r}, after all {len(self.round_task_ids)} review rounds: it stays "
-                "paused. Raise max_rounds of crew_human_review and clear this task group, or resume the "
-                "execution with CrewResumeOperator."
-            )
-        return self._push_result(context, kickoff_id, result)
-
-
-def crew_human_review(
-    *,
-    kickoff_id: str | Any,
-    group_id: str = "review",
-    max_rounds: int = DEFAULT_MAX_ROUNDS,
-    crew_conn_id: str = CrewHook.default_conn_name,
-    inputs: Mapping[str, Any] | Any | None = None,
-    subject: str = "Review crew task {task}",
-    assigned_users: Mapping[str, str] | list[Mapping[str, str]] | None = None,
-    notifiers: Sequence[BaseNotifier] | BaseNotifier | None = None,
-    response_timeout: timedelta | None = None,
-    approve_on_timeout: bool = False,
-    task_webhook_url: str | None = None,
-    step_webhook_url: str | None = None,
-    crew_webhook_url: str | None = None,
-    carry_over_webhooks: bool = True,
-    kickoff_task_id: str | None = None,
-    poll_interval: float = DEFAULT_POLL_INTERVAL,
-    max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
-    timeout: timedelta | float = DEFAULT_TIMEOUT,
-    retries: int = 1,
-    retry_delay: timedelta = timedelta(seconds=5),
-    openlineage_include_values: bool = False,
-) -> CrewReviewResultOperator:
-    """
-    Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
-
-    Each round is its own task (``<group_id>.round_<n>``) with its own request in the Required Actions
-    page; rounds after the crew finished are skipped. Returns the ``<group_id>.result`` task: its
-    output is the execution's final output, XCom ``review_history`` has every round's record.
-
-    :param kickoff_id: The execution to review (templated), usually ``kickoff.output``.
-    :param group_id: The task group's id.
-    :param max_rounds: How many requests at most (each "Request changes" uses one round).
-    :param crew_conn_id: The ``crew`` connection the execution was started with.
-    :param inputs: The crew's inputs, shown to the reviewer (templated; optional).
-    :param subject: Headline of each request; ``{task}`` is replaced by the paused crew task.
-    :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
-    :param notifiers: Notifiers called when a round writes its request.
-    :param response_timeout: How long each round waits for an answer.
-    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer.
-    :param task_webhook_url: Task-completion webhook to send with every resume.
-    :param step_webhook_url: Agent-step webhook to send with every resume.
-    :param crew_webhook_url: Crew-completion webhook to send with every resume.
-    :param carry_over_webhooks: Re-send the kickoff's webhook addresses at every resume.
-    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over.
-    :param poll_interval: First seconds between status polls.
-    :param max_poll_interval: Longest seconds between status polls.
-    :param timeout: Longest wait for each pause and for the end.
-    :param retries: Retries of each task. A round that fails before its answer was applied asks
-        again on its retry; one that applied its answer follows the execution.
-    :param retry_delay: How soon a retry runs. Short, because a failed round leaves a reviewer
-        waiting: on Airflow 3.3 an answer given within seconds of the request can get the round
-        failed by Airflow (docs/human-review.md), and the retry asks again.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send input values
-        and outputs in the lineage events of the group's tasks.
-    """
-    check_airflow_supports_review()
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise CrewConfigurationError(f"max_rounds must be a whole number of 1 or more, got {max_rounds!r}.")
-    from airflow.sdk import TaskGroup, chain
-
-    common: dict[str, Any] = {
-        "kickoff_id": kickoff_id,
-        "crew_conn_id": crew_conn_id,
-        "inputs": inputs,
-        "poll_interval": poll_interval,
-        "max_poll_interval": max_poll_interval,
-        "timeout": timeout,
-        "retries": retries,
-        "retry_delay": retry_delay,
-        "openlineage_include_values": openlineage_include_values,
-    }
-    with TaskGroup(group_id=group_id) as group:
-        round_ids = [group.child_id(round_task_id(number)) for number in range(1, max_rounds + 1)]
-        rounds = [
-            CrewReviewRoundOperator(
-                task_id=round_task_id(number),
-                round_number=number,
-                round_task_ids=round_ids,
-                subject=subject,
-                assigned_users=assigned_users,
-                notifiers=notifiers,
-                response_timeout=response_timeout,
-                approve_on_timeout=approve_on_timeout,
-                task_webhook_url=task_webhook_url,
-                step_webhook_url=step_webhook_url,
-                crew_webhook_url=crew_webhook_url,
-                carry_over_webhooks=carry_over_webhooks,
-                kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
-                **common,
-            )
-            for number in range(1, max_rounds + 1)
-        ]
-        result = CrewReviewResultOperator(
-            task_id="result", round_task_ids=round_ids, trigger_rule="none_failed", **common
-        )
-        chain(*rounds, result)
-    return result
 
 
 def __getattr__(name: str) -> Any:
@@ -220,9 +36,15 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "APPROVE",
+    "FEEDBACK_PARAM",
+    "OPTIONS",
+    "REQUEST_CHANGES",
+    "XCOM_REVIEW_REQUEST",
     "CrewReviewResultOperator",
     "CrewReviewRoundOperator",
     "CrewReviewRoundsExhaustedError",
     "CrewReviewTimeoutError",
     "crew_human_review",
+    "crew_task_name",
 ]

@@ -9,28 +9,26 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_crew._compat import BaseOperator, default_deferrable
+from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError, CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
-    DEFAULT_TIMEOUT,
     WEBHOOK_PARAMETERS,
-    XCOM_RESUME,
-    CrewWaitMixin,
     check_webhook_parameter,
     checked_kickoff_id,
     is_template_or_xcom,
     resume_webhook_addresses,
     upstream_task_id,
 )
-from airflow_provider_crew.waiting import (
+from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     WaitFor,
     WaitResult,
 )
+from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, XCOM_RESUME, CrewWaitMixin, default_deferrable
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -167,9 +165,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         for parameter in WEBHOOK_PARAMETERS:
             check_webhook_parameter(getattr(self, parameter), parameter)
         execution_id = checked_kickoff_id(self.kickoff_id)
-        webhooks = self._webhook_addresses(context, execution_id)
+        webhooks = resume_webhook_addresses(context, execution_id, self)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        self._record_execution(context, hook, execution_id)  # the execution link and lineage
+        self._follow_execution(context, hook, execution_id)  # the execution link and lineage
         try:
             result = hook.resume(
                 execution_id,
@@ -199,19 +197,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _finish(
         self, context: Context, execution_id: str, result: WaitResult, summary: dict[str, Any]
     ) -> dict[str, Any]:
-        self._raise_for_outcome(execution_id, result)
+        self._end_wait(execution_id, result)
         self._push_result(context, execution_id, result)
         return summary | {"outcome": result.outcome.value}
-
-    def _webhook_addresses(self, context: Context, execution_id: str) -> dict[str, str | None]:
-        return resume_webhook_addresses(
-            context,
-            execution_id,
-            given={name: getattr(self, name) or None for name in WEBHOOK_PARAMETERS},
-            kickoff_task_id=self.kickoff_task_id,
-            carry_over=self.carry_over_webhooks,
-            log=self.log,
-        )
 
     def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
         try:

@@ -8,19 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue
 
-from airflow_provider_crew._compat import BaseSensorOperator, default_deferrable
+from airflow_provider_crew._compat import BaseSensorOperator
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
-from airflow_provider_crew.operators.base import (
-    CrewWaitMixin,
-    checked_kickoff_id,
-    seconds,
-    upstream_task_id,
-)
-from airflow_provider_crew.waiting import (
+from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_NOT_FOUND_GRACE,
     DEFAULT_POLL_INTERVAL,
@@ -29,6 +24,7 @@ from airflow_provider_crew.waiting import (
     WaitFor,
     WaitResult,
 )
+from airflow_provider_crew.waiting.task import CrewWaitMixin, default_deferrable, seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -105,7 +101,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         kickoff_id = checked_kickoff_id(self.kickoff_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        self._record_execution(context, hook, kickoff_id)  # the execution link and lineage
+        self._follow_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.deferrable:
             return super().execute(context)
         result = self._wait(
@@ -156,7 +152,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         return self._done(context, kickoff_id, result).xcom_value
 
     def _done(self, context: Context, kickoff_id: str, result: WaitResult) -> PokeReturnValue:
-        self._raise_for_outcome(kickoff_id, result)
+        self._end_wait(kickoff_id, result)
         return PokeReturnValue(is_done=True, xcom_value=self._push_result(context, kickoff_id, result))
 
     def _wait_started_at(self, context: Context) -> float:

@@ -12,8 +12,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_crew.exceptions import CrewError
-from airflow_provider_crew.hooks.triggerer import aget_status_shared, shared_connection
-from airflow_provider_crew.waiting import (
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     CrewWaitEvent,
@@ -131,7 +131,7 @@ class CrewStatusTrigger(BaseTrigger):
         lost it, not that it is still queued.
     :param not_before: Epoch seconds before which no event is fired, however soon the wait ends. The
         task that deferred sets it to when Airflow has surely handled its exit (see
-        :func:`airflow_provider_crew._compat.deferral_settle_seconds`): an event that resumes the task
+        :func:`airflow_provider_crew.waiting.task.deferral_settle_seconds`): an event that resumes the task
         before that can get it failed by Airflow's stale executor-event race.
     """
 
@@ -176,9 +176,10 @@ class CrewStatusTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # A triggerer may hold 10,000 waits: between polls each keeps only its kwargs, this frame
-        # and a Poller. The connection is looked up once per loop for all waits on it
-        # (shared_connection) and the logger is the class's, not one per trigger.
+        # A triggerer may hold 10,000 waits: between polls each keeps only its kwargs, this frame,
+        # a hook and a Poller. The hook looks the connection up once per loop for all waits on it,
+        # and the logger is the class's, not one per trigger.
+        hook = CrewHook(self.crew_conn_id)
         poller = Poller(
             self.kickoff_id,
             wait_for=WaitFor(self.wait_for),
@@ -194,9 +195,7 @@ class CrewStatusTrigger(BaseTrigger):
         await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
         while True:
             try:
-                connection = await shared_connection(self.crew_conn_id)
-                status = await aget_status_shared(connection, self.kickoff_id, deadline=self.deadline)
-                step = poller.step(status)
+                step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):

@@ -29,9 +29,10 @@ from datetime import timedelta
 from typing import Any
 
 PACKAGE = "airflow_provider_crew"
-# The subpackages whose public classes users put in DAGs (operators, sensors) or meet in the
-# triggerer (triggers).
-SUBPACKAGES = ("operators", "sensors", "triggers")
+# The subpackages whose public classes users put in DAGs (operators, sensors, the review's tasks) or
+# meet in the triggerer (triggers). A module's __all__ says what is public; a name re-exported from
+# where it moved is listed where it lives.
+SUBPACKAGES = ("operators", "sensors", "review", "triggers")
 
 # Defaults that are computed when the module is imported: show where they come from, not the
 # value the documentation build happened to see.
@@ -168,6 +169,13 @@ def _own_functions(obj: Any) -> list[Any]:
     return functions
 
 
+def _own_bases(obj: Any) -> list[type]:
+    """The bases of a class defined in this provider, nearest first (none for a function)."""
+    if not inspect.isclass(obj):
+        return []
+    return [klass for klass in obj.__mro__[1:] if klass.__module__.startswith(PACKAGE)]
+
+
 def _default_sources(function: Any) -> dict[str, str]:
     """The source text of each default in ``function``'s signature, e.g. ``default_deferrable()``."""
     try:
@@ -212,6 +220,8 @@ def reference(obj_or_path: Any) -> Reference:
     obj = import_object(obj_or_path) if isinstance(obj_or_path, str) else obj_or_path
     path = f"{obj.__module__}.{obj.__qualname__}"
     summary, param_texts, xcom = docstring_fields(obj.__doc__)
+    for base in _own_bases(obj):  # a parameter a base class defines is documented there, once
+        param_texts = {**docstring_fields(base.__doc__)[1], **param_texts}
     summary = summary.split("\n\n", 1)[0].replace("\n", " ")
     templated_fields = set(getattr(obj, "template_fields", ()) or ()) if inspect.isclass(obj) else None
     parameters: list[Parameter] = []

@@ -25,8 +25,8 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
     CrewValidationError,
 )
+from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
 from airflow_provider_crew.models import CrewState, ResumeStatus
 from tests.conftest import BASE_URL, TOKEN
 
@@ -534,11 +534,11 @@ def test_a_missing_connection_is_named_with_the_fix(monkeypatch):
 
 def test_a_one_try_call_is_sent_once_even_when_the_service_says_busy(hook, requests_mock):
     """What the connection test relies on: ``retry_limit=0`` means one request, whatever the answer."""
-    from airflow_provider_crew.hooks.calls import build_call
+    from airflow_provider_crew.hooks.client.request import get_call
 
     requests_mock.get(f"{BASE_URL}/", status_code=503, headers={"Retry-After": "1"})
 
-    response = hook._send(build_call(hook.config, "GET", "/"), retry_limit=0)
+    response = hook._send(get_call(hook.config, "/"), retry_limit=0)
 
     assert response.status_code == 503
     assert "this call tries only once" in response.note
@@ -550,7 +550,7 @@ def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_p
     from types import SimpleNamespace
 
     from airflow_provider_crew.exceptions import CrewConfigurationError
-    from airflow_provider_crew.hooks.airflow_connection import connection_extra
+    from airflow_provider_crew.hooks.crew import connection_extra
     from airflow_provider_crew.hooks.human_input import webhook_connection_extra
 
     with pytest.raises(CrewConfigurationError, match=r"Connection 'crew_x': the extra is not a JSON object"):

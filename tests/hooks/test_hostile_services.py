@@ -21,7 +21,7 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
     CrewTransportError,
 )
-from airflow_provider_crew.hooks.async_transport import close_shared_sessions
+from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting import CrewWaitEvent, Outcome

@@ -29,9 +29,9 @@ from airflow_provider_crew.exceptions import (
     CrewServerError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks.async_transport import close_shared_sessions, loop_session
+from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
+from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.status_path import LEARNED_STATUS_PATHS
 from airflow_provider_crew.models import CrewState, CrewStatus, ResumeStatus
 from airflow_provider_crew.testing import wait_until
 
@@ -320,7 +320,7 @@ def test_a_burst_of_100_rate_limits_costs_no_task_retry_and_no_duplicate_kickoff
         return hook.kickoff({"topic": topic, "current_year": "2026"})
 
     with (
-        caplog.at_level(logging.WARNING, logger="airflow_provider_crew.hooks.retry"),
+        caplog.at_level(logging.WARNING, logger="airflow_provider_crew.hooks.client.retry"),
         ThreadPoolExecutor(max_workers=25) as pool,
     ):
         kickoff_ids = list(pool.map(mapped_task, topics))  # a task that would fail raises here

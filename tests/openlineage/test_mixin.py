@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.openlineage import CREW_EXECUTION_FACET, public_base_url
-from airflow_provider_crew.waiting import Outcome, WaitResult
+from airflow_provider_crew.waiting.rules import FollowedExecution, Outcome, WaitResult
 
 SCHEMA_FILE = (
     Path(__file__).resolve().parents[2]
@@ -93,9 +93,9 @@ def test_complete_facets_come_from_what_the_task_holds_without_a_request(
     openlineage, crew_service, crew_connection
 ):
     task = kickoff_task()
-    task._lineage_kickoff_id = "k-1"
-    task._lineage_result = WaitResult(
-        outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)
+    task.crew_execution = FollowedExecution(
+        "k-1",
+        result=WaitResult(outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)),
     )
     before = crew_service.counters["requests"]
 
@@ -122,9 +122,9 @@ def test_complete_facets_come_from_what_the_task_holds_without_a_request(
 
 def test_values_only_when_the_task_opts_in(openlineage, crew_connection):
     task = kickoff_task(openlineage_include_values=True)
-    task._lineage_kickoff_id = "k-1"
-    task._lineage_result = WaitResult(
-        outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)
+    task.crew_execution = FollowedExecution(
+        "k-1",
+        result=WaitResult(outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)),
     )
     crew = facets_dict(task.get_openlineage_facets_on_complete(None))[CREW_EXECUTION_FACET]
     assert crew["inputs"] == {"topic": "private topic", "year": 2026}
@@ -152,7 +152,7 @@ def test_a_failure_carries_the_crews_error(openlineage, crew_connection):
         {"state": "FAILED", "error": "tool broke", "progress": {"completed": 0, "total": 2}}
     )
     with pytest.raises(Exception, match="tool broke"):
-        task._raise_for_outcome(
+        task._end_wait(
             "k-2", WaitResult(outcome=Outcome.FAILED, message="FAILED", last_status=failed)
         )
     facets = facets_dict(task.get_openlineage_facets_on_failure(None))

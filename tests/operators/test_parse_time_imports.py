@@ -17,7 +17,7 @@ def test_importing_the_operators_and_the_sensor_loads_no_http_library_beyond_air
     code = (
         "import json, sys, airflow.sdk; before = set(sys.modules); "
         "import airflow_provider_crew.operators.crew, airflow_provider_crew.operators.resume, "
-        "airflow_provider_crew.operators.human_review, airflow_provider_crew.sensors.crew; "
+        "airflow_provider_crew.review, airflow_provider_crew.sensors.crew; "
         f"print(json.dumps(sorted({{m.split('.')[0] for m in set(sys.modules) - before}} & set({HTTP_STACK!r}))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

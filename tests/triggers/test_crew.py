@@ -21,8 +21,9 @@ import pytest
 
 from airflow_provider_crew.connection import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks import triggerer
-from airflow_provider_crew.hooks.async_transport import close_shared_sessions, loop_session
+from airflow_provider_crew.hooks import crew as hook_module
+from airflow_provider_crew.hooks.client.request import status_call
+from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
@@ -121,15 +122,15 @@ def poll_ends(monkeypatch) -> list[float]:
     polls came before the deadline and which after holds however slowly a loaded machine runs.
     """
     ends: list[float] = []
-    original = trigger_module.aget_status_shared
+    original = CrewHook.aget_status
 
-    async def timed(connection, kickoff_id, **kwargs):
+    async def timed(hook, kickoff_id, **kwargs):
         try:
-            return await original(connection, kickoff_id, **kwargs)
+            return await original(hook, kickoff_id, **kwargs)
         finally:
             ends.append(time.time())
 
-    monkeypatch.setattr(trigger_module, "aget_status_shared", timed)
+    monkeypatch.setattr(CrewHook, "aget_status", timed)
     return ends
 
 
@@ -471,16 +472,16 @@ async def test_waits_started_together_do_not_poll_together(monkeypatch):
 
 @pytest.fixture
 def lookups(monkeypatch) -> list[str]:
-    """Every connection lookup the shared cache makes (a spy on its ``aread_config``)."""
+    """Every connection lookup the shared cache makes (a spy on its ``aget_connection``)."""
     seen: list[str] = []
-    original = triggerer.aread_config
+    original = hook_module.aget_connection
 
-    async def counting(conn_id, **overrides):
+    async def counting(conn_id):
         seen.append(conn_id)
         await asyncio.sleep(0.01)  # long enough for other waits to ask meanwhile
-        return await original(conn_id, **overrides)
+        return await original(conn_id)
 
-    monkeypatch.setattr(triggerer, "aread_config", counting)
+    monkeypatch.setattr(hook_module, "aget_connection", counting)
     return seen
 
 
@@ -495,14 +496,14 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
     _conn_env(monkeypatch, "crew_shared", "https://crew.example", "token-1")
     _conn_env(monkeypatch, "crew_other", "https://other.example", "token-2")
 
-    first = await asyncio.gather(*(triggerer.shared_connection("crew_shared") for _ in range(50)))
-    again = await triggerer.shared_connection("crew_shared")
-    other = await triggerer.shared_connection("crew_other")
+    first = await asyncio.gather(*(hook_module.shared_connection("crew_shared") for _ in range(50)))
+    again = await hook_module.shared_connection("crew_shared")
+    other = await hook_module.shared_connection("crew_other")
 
     assert lookups == ["crew_shared", "crew_other"]
     assert all(c is first[0] for c in [*first, again])
     assert first[0].config.token == "token-1" and other.config.token == "token-2"
-    call = first[0].status_call("k/1", StatusPathStyle.CONTRACT)
+    call = status_call(first[0].config.base_url, first[0].headers, "k/1", StatusPathStyle.CONTRACT)
     assert (call.url, call.headers["Authorization"]) == (
         "https://crew.example/k%2F1/status",
         "Bearer token-1",
@@ -511,12 +512,12 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
 
 async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch, lookups):
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "old-token")
-    before = await triggerer.shared_connection("crew_rotating", ttl=0.2)
+    before = await hook_module.shared_connection("crew_rotating", ttl=0.2)
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "new-token")
 
-    assert (await triggerer.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
+    assert (await hook_module.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
     await asyncio.sleep(0.25)
-    after = await triggerer.shared_connection("crew_rotating", ttl=0.2)
+    after = await hook_module.shared_connection("crew_rotating", ttl=0.2)
 
     assert before.config.token == "old-token" and after.config.token == "new-token"
     assert lookups == ["crew_rotating", "crew_rotating"]
@@ -525,10 +526,10 @@ async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch,
 async def test_a_failed_lookup_is_not_kept(monkeypatch, lookups):
     monkeypatch.delenv("AIRFLOW_CONN_CREW_LATE", raising=False)
     results = await asyncio.gather(
-        *(triggerer.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
+        *(hook_module.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
     )
     assert all(isinstance(r, CrewConfigurationError) for r in results)
 
     _conn_env(monkeypatch, "crew_late", "https://crew.example", "token")
-    assert (await triggerer.shared_connection("crew_late")).config.token == "token"
+    assert (await hook_module.shared_connection("crew_late")).config.token == "token"
     assert lookups == ["crew_late", "crew_late"]  # one for the five waiting together, one after

@@ -7,7 +7,7 @@ safe to repeat"); in short:
 - A POST (kickoff, resume) is repeated only when the service surely did not act on it: the
   connection was never made, or the service answered 429 or 503. After a read time-out, a reset
   once the request was sent, or a 502/504 from a gateway, it may have acted: the request is never
-  repeated, and :class:`CrewOutcomeUnknownError` says so.
+  repeated, and :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` says so.
 - 429 and 503 ("busy, come back later") are retried for up to ``retry_budget`` seconds; other
   transient failures, which say nothing about when to come back, up to ``retry_limit`` times.
 - The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
@@ -27,15 +27,11 @@ from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 
 from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
-from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewTransportError
-from airflow_provider_crew.hooks.transport import (
-    LAST_ATTEMPT_SECONDS,
-    Call,
-    Failure,
-    Limits,
-    Response,
-    TransportFailure,
-)
+from airflow_provider_crew.exceptions import CrewError, CrewTransportError
+from airflow_provider_crew.hooks.client.limits import LAST_ATTEMPT_SECONDS, Limits
+from airflow_provider_crew.hooks.client.request import Call
+from airflow_provider_crew.hooks.client.response import Response
+from airflow_provider_crew.hooks.client.transport import Failure, TransportFailure
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +72,6 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
         except (TypeError, ValueError):
             return None
-
-
-def outcome_unknown(call: Call, reason: str) -> CrewOutcomeUnknownError:
-    what = (
-        "an execution may have started"
-        if call.endpoint.endswith("/kickoff")
-        else "the feedback may have been applied"
-    )
-    return CrewOutcomeUnknownError(
-        f"{call.endpoint} to {call.url}: the outcome is unknown ({reason}); {what}. It was not repeated, "
-        "so nothing was started twice. Check the service before trying again. Failing without retry."
-    )
 
 
 class RetryPolicy:
@@ -162,7 +146,7 @@ class RetryPolicy:
             )
         if code in GATEWAY_STATUSES:
             if not self.call.idempotent:
-                return Stop(error=outcome_unknown(self.call, f"HTTP {code} from a gateway"))
+                return Stop(error=self.call.outcome_unknown(f"HTTP {code} from a gateway"))
             delay = self.backoff(retry_after_seconds(response.headers))
             if self._may_count(delay):
                 return Retry(delay, f"answered {code}", self._count_progress())
@@ -172,7 +156,7 @@ class RetryPolicy:
 
     def _after_failure(self, failure: TransportFailure) -> Retry | Stop:
         if failure.kind is Failure.UNKNOWN and not self.call.idempotent:
-            return Stop(error=outcome_unknown(self.call, failure.reason))
+            return Stop(error=self.call.outcome_unknown(failure.reason))
         delay = self.backoff(None)
         if failure.kind is not Failure.FATAL and self._may_count(delay):
             return Retry(delay, f"failed ({failure.reason})", self._count_progress())
@@ -229,21 +213,27 @@ def _log_retry(call: Call, step: Retry) -> None:
     log.warning("%s %s; retrying in %.1f s (%s)", call.endpoint, step.why, step.delay, step.progress)
 
 
+def _after_attempt(policy: RetryPolicy, outcome: Response | TransportFailure) -> Response | float:
+    """The answer to return (or the error raised) once the policy stops, else the seconds to wait."""
+    step = policy.decide(outcome)
+    if isinstance(step, Stop):
+        if step.error is not None:
+            raise step.error
+        assert step.response is not None
+        return step.response
+    _log_retry(policy.call, step)
+    return step.delay
+
+
 def send_with_retries(
     send: Callable[[Call, Limits], Response | TransportFailure],
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
-    while True:
-        step = policy.decide(send(policy.call, policy.limits()))
-        if isinstance(step, Stop):
-            if step.error is not None:
-                raise step.error
-            assert step.response is not None
-            return step.response
-        _log_retry(policy.call, step)
-        sleep(step.delay)
+    while not isinstance(step := _after_attempt(policy, send(policy.call, policy.limits())), Response):
+        sleep(step)
+    return step
 
 
 async def asend_with_retries(
@@ -252,12 +242,6 @@ async def asend_with_retries(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Response:
     """The async twin of :func:`send_with_retries`."""
-    while True:
-        step = policy.decide(await send(policy.call, policy.limits()))
-        if isinstance(step, Stop):
-            if step.error is not None:
-                raise step.error
-            assert step.response is not None
-            return step.response
-        _log_retry(policy.call, step)
-        await sleep(step.delay)
+    while not isinstance(step := _after_attempt(policy, await send(policy.call, policy.limits())), Response):
+        await sleep(step)
+    return step

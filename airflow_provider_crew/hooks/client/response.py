@@ -1,12 +1,15 @@
-"""Reading the service's answers: typed errors from error statuses, JSON, and request bodies.
+"""An answer read whole (:class:`Response`), then read into the contract's models or a typed error.
 
 The messages quote what the service said (docs/contract.md, "Errors") and name fields, never
-values: a token or a webhook credential may be among them.
+values: a token or a webhook credential may be among them. :func:`build_request_model` checks a
+request body the same way before it is sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -21,11 +24,28 @@ from airflow_provider_crew.exceptions import (
     CrewServerError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks.retry import outcome_unknown
-from airflow_provider_crew.hooks.transport import Call, Response
+from airflow_provider_crew.hooks.client.request import Call
 from airflow_provider_crew.models import ServiceError
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)  # built per request: plain slots construct faster than frozen fields
+class Response:
+    """An answer read whole (under the limits). ``note`` says how the retries ended, for errors."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+    note: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        # Decoding first is faster than json.loads(bytes), which sniffs the encoding in Python.
+        return json.loads(self.content.decode("utf-8")) if self.content else None
 
 
 def raise_for_response(call: Call, response: Response) -> None:
@@ -67,6 +87,7 @@ def raise_for_response(call: Call, response: Response) -> None:
 
 
 def parse_json(call: Call, response: Response) -> Any:
+    """The JSON body of a successful answer; an error status or a body that is not JSON raises."""
     raise_for_response(call, response)
     try:
         return response.json()
@@ -114,7 +135,7 @@ def read_post_answer(call: Call, response: Response, model: type[BaseModel]) -> 
         else:
             detail = f"not JSON: {response.text[:200]!r}"
         reason = f"it answered {response.status_code} with a body that cannot be read: {detail}"
-        raise outcome_unknown(call, reason) from None
+        raise call.outcome_unknown(reason) from None
 
 
 def describe_validation_error(error: ValidationError) -> str:

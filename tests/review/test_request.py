@@ -1,25 +1,14 @@
-"""A review round's words without Airflow's task machinery: the request text, reading the answer,
-whether it still applies, and the feedback the crew gets."""
+"""What a reviewer reads, without Airflow's task machinery: a round's request, section by section."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.models import CrewStatus
-from airflow_provider_crew.review import (
-    OUTPUT_BODY_LIMIT,
-    CrewReviewTimeoutError,
-    ReviewAnswer,
-    answer_from_event,
-    crew_task_name,
-    feedback_for_crew,
-    review_body,
-    why_answer_is_outdated,
-)
+from airflow_provider_crew.review.request import OUTPUT_BODY_LIMIT, crew_task_name, review_body
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 TASK_ID = "f253f8b5-7aa3-5716-be72-c3c845d3e87b"
@@ -162,76 +151,3 @@ def test_crew_task_name_falls_back_to_the_id_then_a_question_mark():
     assert crew_task_name(paused()) == "draft_task"
     assert crew_task_name(paused(name=None)) == TASK_ID
     assert crew_task_name(CrewStatus.from_response({"state": "RUNNING"})) == "?"
-
-
-# -- the answer -----------------------------------------------------------------------------------
-
-
-def read(event: Any, response_timeout: timedelta | None = timedelta(minutes=1)) -> ReviewAnswer:
-    return answer_from_event(
-        event, kickoff_id=KICKOFF_ID, crew_task_id=TASK_ID, response_timeout=response_timeout
-    )
-
-
-def test_an_answer_is_read_with_who_and_when():
-    event = {
-        "chosen_options": ["Request changes"],
-        "params_input": {"feedback": "Shorter"},
-        "responded_at": datetime(2026, 1, 1, tzinfo=timezone.utc),
-        "responded_by_user": {"id": "ana", "name": "Ana"},
-    }
-    assert read(event) == {
-        "answer": "Request changes",
-        "is_approve": False,
-        "feedback": "Shorter",
-        "responded_by": {"id": "ana", "name": "Ana"},
-        "responded_at": "2026-01-01T00:00:00+00:00",
-        "timed_out": False,
-    }
-    default = read({"chosen_options": ["Approve"], "params_input": None, "timedout": True})
-    assert (default["is_approve"], default["feedback"], default["timed_out"]) == (True, "", True)
-
-
-def test_no_answer_in_time_names_the_limit_and_says_the_crew_is_still_paused():
-    from airflow_provider_crew._compat import AirflowFailException
-
-    with pytest.raises(
-        CrewReviewTimeoutError, match=r"within 1 minute .*still waiting for human input"
-    ) as error:
-        read({"error": "t", "error_type": "timeout"})
-    assert isinstance(error.value, AirflowFailException)  # fails without using the retries
-
-
-@pytest.mark.parametrize(
-    ("event", "message"),
-    [
-        (None, "Expected a human-in-the-loop event, got None."),
-        ({"error": "boom", "error_type": "other"}, r"The review request failed \(other\): boom"),
-        ({"chosen_options": ["Maybe"]}, "Expected exactly one of"),
-        ({"chosen_options": ["Approve", "Approve"]}, "Expected exactly one of"),
-    ],
-)
-def test_malformed_answers_fail_clearly(event, message):
-    with pytest.raises(CrewError, match=message):
-        read(event)
-
-
-def test_an_answer_applies_only_while_the_execution_waits_on_the_reviewed_output():
-    assert why_answer_is_outdated(paused(), TASK_ID, OUTPUT) is None
-    assert "different output" in (why_answer_is_outdated(paused("redone"), TASK_ID, OUTPUT) or "")
-    assert "moved on" in (why_answer_is_outdated(paused(state="RUNNING"), TASK_ID, OUTPUT) or "")
-
-
-@pytest.mark.parametrize(
-    ("feedback", "timed_out", "sent"),
-    [
-        ("  Shorter  ", False, "Shorter"),
-        ("", False, "Approved."),
-        ("", True, "Approved automatically: no answer within 0:01:00."),
-    ],
-)
-def test_the_crew_always_gets_feedback(feedback, timed_out, sent):
-    answer = read(
-        {"chosen_options": ["Approve"], "params_input": {"feedback": feedback}, "timedout": timed_out}
-    )
-    assert feedback_for_crew(answer, timedelta(minutes=1)) == sent

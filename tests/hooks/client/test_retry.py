@@ -9,13 +9,19 @@ import pytest
 
 from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewOutcomeUnknownError, CrewTransportError
-from airflow_provider_crew.hooks.retry import Retry, RetryPolicy, Stop, retry_after_seconds
-from airflow_provider_crew.hooks.transport import Call, Failure, Response, TransportFailure
+from airflow_provider_crew.hooks.client.request import Call, post_call
+from airflow_provider_crew.hooks.client.response import Response
+from airflow_provider_crew.hooks.client.retry import Retry, RetryPolicy, Stop, retry_after_seconds
+from airflow_provider_crew.hooks.client.transport import Failure, TransportFailure
+from airflow_provider_crew.hooks.crew import KICKOFF_IF_UNKNOWN
 
 CONFIG = CrewConnectionConfig(base_url="https://crew.example.test", token="policy-token-a1b2")
 
 
 def call(method: str, path: str = "/kickoff") -> Call:
+    """A call as the hook builds it: a POST carries what its unknown outcome may mean."""
+    if method == "POST":
+        return post_call(CONFIG, path, {}, if_unknown=KICKOFF_IF_UNKNOWN)
     return Call(method=method, url=f"{CONFIG.base_url}{path}", endpoint=f"{method} {path}", headers={})
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urljoin, urlsplit
 from airflow_provider_crew.exceptions import CrewRedirectError
 
 if TYPE_CHECKING:
-    from airflow_provider_crew.hooks.transport import Call
+    from airflow_provider_crew.hooks.client.request import Call
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 5

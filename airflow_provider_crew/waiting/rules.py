@@ -2,7 +2,8 @@
 
 :func:`decide` says how one poll's result ends a wait (or that it goes on); :class:`Poller` adds
 the growing poll interval and the logging. The trigger (deferred), the worker (blocking) and the
-sensor's ``poke`` all drive these, so every kind of wait ends the same way.
+sensor's ``poke`` all drive these, so every kind of wait ends the same way. :class:`CrewWaitEvent`
+is the trigger's one event; :class:`FollowedExecution`, what a task keeps of the wait it ran.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
@@ -27,6 +29,9 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
 )
 from airflow_provider_crew.models import CrewState, CrewStatus
+
+if TYPE_CHECKING:
+    from airflow_provider_crew.connection import CrewConnectionConfig
 
 DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_MAX_POLL_INTERVAL = 15.0
@@ -97,6 +102,24 @@ class CrewWaitEvent(BaseModel):
     def to_result(self) -> WaitResult:
         last_status = CrewStatus.from_response(self.record) if self.record is not None else None
         return WaitResult(outcome=self.outcome, message=self.message, last_status=last_status)
+
+
+@dataclass(slots=True)
+class FollowedExecution:
+    """The execution a task follows, and how its wait ended: what its link and lineage facets read.
+
+    :param kickoff_id: The execution, once the task knows it.
+    :param config: The crew connection's settings, when the task read them.
+    :param result: How the task's wait ended, when it did.
+    :param url: The execution's page URL (None: the connection has no template).
+    :param url_known: Whether ``url`` is known in this process.
+    """
+
+    kickoff_id: str | None = None
+    config: CrewConnectionConfig | None = None
+    result: WaitResult | None = None
+    url: str | None = None
+    url_known: bool = False
 
 
 def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:

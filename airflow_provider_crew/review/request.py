@@ -1,47 +1,24 @@
-"""A review round's words: the request the reviewer reads and the answer they give.
+"""What a reviewer reads: a round's request, in Markdown, and the two answers it offers.
 
-:func:`review_body` writes a round's request in Markdown, one section after another (why it asks,
-the output, the inputs, the progress, the earlier rounds, how to answer). :func:`answer_from_event`
-reads the reviewer's answer from Airflow's human-in-the-loop event, :func:`why_answer_is_outdated`
-says whether it still applies to the execution, and :func:`feedback_for_crew` what the crew is told.
-
-Plain functions, without I/O or Airflow's task machinery: the round operators in
-``operators/human_review.py`` do the waiting, the asking and the sending.
+:func:`review_body` writes the request one section after another (why it asks, the output, the
+inputs, the progress, the earlier rounds, how to answer). Plain functions, without I/O or Airflow's
+task machinery: the round (:mod:`.round`) asks, :mod:`.answer` waits for and reads the answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from datetime import timedelta
+from typing import Any
 
-from airflow_provider_crew._compat import AirflowFailException
-from airflow_provider_crew.exceptions import CrewError
-from airflow_provider_crew.models import CrewState, CrewStatus
+from airflow_provider_crew.models import CrewStatus
 
 APPROVE = "Approve"
 REQUEST_CHANGES = "Request changes"
 OPTIONS = [APPROVE, REQUEST_CHANGES]
 FEEDBACK_PARAM = "feedback"
-APPROVED_WITHOUT_TEXT = "Approved."
 # The request shows at most this many characters of the output; XCom ``review_request`` has it whole.
 OUTPUT_BODY_LIMIT = 20_000
-
-
-# An AirflowFailException: the round fails without using its retries (the message says how to ask again).
-class CrewReviewTimeoutError(AirflowFailException):
-    """Nobody answered a review request within ``response_timeout``; the execution stays paused."""
-
-
-class ReviewAnswer(TypedDict):
-    """A reviewer's answer, as a round records it."""
-
-    answer: str
-    is_approve: bool
-    feedback: str
-    responded_by: Mapping[str, Any] | None
-    responded_at: Any
-    timed_out: bool
 
 
 # -- the request ----------------------------------------------------------------------------------
@@ -167,89 +144,16 @@ def _how_to_answer(
 def _timeout_text(response_timeout: timedelta | None, approve_on_timeout: bool) -> str:
     if response_timeout is None:
         return "No time limit."
-    within = _duration(response_timeout)
+    within = duration_text(response_timeout)
     if approve_on_timeout:
         return f"Without an answer within {within}, the output is approved."
     return f"Without an answer within {within}, this task fails and the crew execution stays paused."
 
 
-# -- the answer -----------------------------------------------------------------------------------
-
-
-def answer_from_event(
-    event: Any, *, kickoff_id: str, crew_task_id: str, response_timeout: timedelta | None
-) -> ReviewAnswer:
-    """The reviewer's answer in a human-in-the-loop event.
-
-    :param event: The event the round resumed with: the answer, or an error such as a time-out.
-    :param kickoff_id: The execution under review (for the time-out message).
-    :param crew_task_id: The paused crew task the answer is about (for the time-out message).
-    :param response_timeout: How long the round waited (for the time-out message).
-    :raises CrewReviewTimeoutError: Nobody answered in time (and no default answer was set).
-    :raises CrewError: The request failed otherwise, or the event holds no single known option.
-    """
-    if not isinstance(event, Mapping):
-        raise CrewError(f"Expected a human-in-the-loop event, got {event!r}.")
-    if "error" in event:
-        if event.get("error_type") == "timeout":
-            raise CrewReviewTimeoutError(
-                f"No review answer within {_duration(response_timeout or timedelta())} "
-                f"(response_timeout). Crew execution "
-                f"{kickoff_id} is still waiting for human input on task {crew_task_id!r}: clear this "
-                "task to ask again, or resume it with CrewResumeOperator."
-            )
-        raise CrewError(f"The review request failed ({event.get('error_type')}): {event.get('error')}")
-    chosen = list(event.get("chosen_options") or [])
-    if len(chosen) != 1 or chosen[0] not in OPTIONS:
-        raise CrewError(f"Expected exactly one of {OPTIONS} as the answer, got {chosen!r}.")
-    params_input = event.get("params_input") or {}
-    responded_at = event.get("responded_at")
-    return {
-        "answer": chosen[0],
-        "is_approve": chosen[0] == APPROVE,
-        "feedback": str(params_input.get(FEEDBACK_PARAM) or ""),
-        "responded_by": event.get("responded_by_user"),
-        "responded_at": responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at,
-        "timed_out": bool(event.get("timedout")),
-    }
-
-
-def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, reviewed_output: str | None) -> str | None:
-    """Why an answer must not be sent: the execution no longer waits on the output the reviewer saw.
-
-    ``None`` while it still waits on that output of that task.
-
-    :param status: The execution's status now.
-    :param crew_task_id: The paused crew task the answer is about.
-    :param reviewed_output: The output the reviewer saw.
-    """
-    if status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id:
-        if status.paused_task_output == reviewed_output:
-            return None
-        return (
-            f"The execution now waits on a different output of task {crew_task_id!r} than the one "
-            "reviewed (resumed elsewhere?); the answer would apply to text the reviewer never saw."
-        )
-    return f"The execution moved on before the answer arrived (now: {status.describe()})."
-
-
-def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) -> str:
-    """The feedback sent with the resume: the reviewer's words, or why an approval has none.
-
-    :param answer: The reviewer's answer.
-    :param response_timeout: How long the round waited (named when the approval is the time-out default).
-    """
-    return answer["feedback"].strip() or (
-        f"Approved automatically: no answer within {response_timeout}."
-        if answer["timed_out"]
-        else APPROVED_WITHOUT_TEXT
-    )
-
-
 # -- text helpers ---------------------------------------------------------------------------------
 
 
-def _duration(value: timedelta) -> str:
+def duration_text(value: timedelta) -> str:
     """``24 hours``, ``90 minutes``, ``45 seconds``: how a person says a time limit."""
     total = int(value.total_seconds())
     for unit, size in (("hour", 3600), ("minute", 60)):
@@ -279,16 +183,10 @@ def _inline(value: Any) -> str:
 
 __all__ = [
     "APPROVE",
-    "APPROVED_WITHOUT_TEXT",
     "FEEDBACK_PARAM",
     "OPTIONS",
     "OUTPUT_BODY_LIMIT",
     "REQUEST_CHANGES",
-    "CrewReviewTimeoutError",
-    "ReviewAnswer",
-    "answer_from_event",
     "crew_task_name",
-    "feedback_for_crew",
     "review_body",
-    "why_answer_is_outdated",
 ]

@@ -1,8 +1,8 @@
-"""What the tasks of a human review share: the execution, the connection, the waiting, the records.
+"""What the tasks of a human review share: the execution, the connection, the wait, the records.
 
-A review is a task group (:func:`~airflow_provider_crew.operators.human_review.crew_human_review`)
-of rounds (:mod:`~airflow_provider_crew.operators.review_round`) and a result task; both are built
-on :class:`ReviewTaskBase`.
+A review is a task group (:func:`~airflow_provider_crew.review.group.crew_human_review`) of rounds
+(:mod:`.round`) and a result task (:mod:`.result`); both are built on :class:`ReviewTaskBase`,
+whose ``__init__`` is the one definition of the parameters they share.
 """
 
 from __future__ import annotations
@@ -11,19 +11,14 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_crew._compat import AirflowFailException, BaseOperator, require_human_in_the_loop
+from airflow_provider_crew._compat import BaseOperator, require_human_in_the_loop
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
-from airflow_provider_crew.operators.base import (
-    DEFAULT_TIMEOUT,
-    XCOM_KICKOFF_ID,
-    CrewWaitMixin,
-    checked_kickoff_id,
-    upstream_task_id,
-)
-from airflow_provider_crew.waiting import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
+from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
+from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, XCOM_KICKOFF_ID, CrewWaitMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -35,10 +30,6 @@ NEEDS_3_1 = (
     "Human review in the Airflow UI needs Airflow 3.1+ (it uses Airflow's human-in-the-loop API); this "
     "is Airflow {version}. On 3.0, use CrewKickoffOperator(on_human_input='return') and CrewResumeOperator."
 )
-
-
-class CrewReviewRoundsExhaustedError(AirflowFailException):
-    """The crew wants (another) review but every round of the task group is used."""
 
 
 def check_airflow_supports_review() -> None:
@@ -107,7 +98,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         """The checked kickoff id, pushed to XCom with the execution's page URL before any waiting."""
         kickoff_id = checked_kickoff_id(self.kickoff_id)
         context["ti"].xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
-        self._record_execution(context, CrewHook(crew_conn_id=self.crew_conn_id), kickoff_id)
+        self._follow_execution(context, CrewHook(crew_conn_id=self.crew_conn_id), kickoff_id)
         return kickoff_id
 
     def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -125,7 +116,6 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 __all__ = [
     "XCOM_REVIEW_HISTORY",
     "XCOM_REVIEW_REQUEST",
-    "CrewReviewRoundsExhaustedError",
     "check_airflow_supports_review",
     "round_task_id",
 ]

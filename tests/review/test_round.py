@@ -19,6 +19,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.review import answer as review_answer
 
 needs_3_1 = pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="human review needs Airflow 3.1+")
 
@@ -79,7 +80,7 @@ def answer(option: str, feedback: str | None = None, user: str = "Ana", timedout
 
 
 def round_operator(number: int = 1, **kwargs):
-    from airflow_provider_crew.operators.human_review import CrewReviewRoundOperator
+    from airflow_provider_crew.review import CrewReviewRoundOperator
 
     kwargs.setdefault("kickoff_id", KICKOFF_ID)
     return CrewReviewRoundOperator(
@@ -116,7 +117,7 @@ def park_exception() -> type[BaseException]:
 
 @pytest.mark.skipif(AIRFLOW_V_3_1_PLUS, reason="the 3.0 refusal only shows on Airflow 3.0")
 def test_airflow_3_0_refuses_at_dag_parse_naming_3_1():
-    from airflow_provider_crew.operators.human_review import crew_human_review
+    from airflow_provider_crew.review import crew_human_review
 
     with pytest.raises(Exception, match=r"needs Airflow 3\.1\+.*CrewResumeOperator"):
         crew_human_review(kickoff_id=KICKOFF_ID)
@@ -132,7 +133,7 @@ def test_the_group_lays_out_one_task_per_round_then_the_result():
     from airflow.sdk import DAG
 
     from airflow_provider_crew.operators.crew import CrewKickoffOperator
-    from airflow_provider_crew.operators.human_review import crew_human_review
+    from airflow_provider_crew.review import crew_human_review
 
     with DAG("review_layout", schedule=None) as dag:
         kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "AI"}, wait_for_completion=False)
@@ -164,7 +165,7 @@ def test_the_group_lays_out_one_task_per_round_then_the_result():
 def test_bad_configuration_fails_at_parse(kwargs, message):
     from airflow.sdk import DAG
 
-    from airflow_provider_crew.operators.human_review import crew_human_review
+    from airflow_provider_crew.review import crew_human_review
 
     kwargs.setdefault("kickoff_id", KICKOFF_ID)
     with DAG("bad_review", schedule=None), pytest.raises(CrewConfigurationError, match=message):
@@ -212,7 +213,7 @@ def test_round_defers_to_the_crew_trigger_held_until_airflow_has_handled_the_def
     ti = FakeTI()
     before = datetime.now(timezone.utc).timestamp()
     with (
-        mock.patch("airflow_provider_crew.operators.base.deferral_settle_seconds", return_value=30.0),
+        mock.patch("airflow_provider_crew.waiting.task.deferral_settle_seconds", return_value=30.0),
         pytest.raises(TaskDeferred) as deferred,
     ):
         round_operator().execute(context(ti))
@@ -270,7 +271,7 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
         trigger = waiting.value.trigger
         assert type(trigger).__name__ == "CrewReviewAnswerTrigger"
         assert trigger.timeout_datetime is not None
-        assert trigger.serialize()[0] == "airflow_provider_crew.triggers.human_review.CrewReviewAnswerTrigger"
+        assert trigger.serialize()[0] == "airflow_provider_crew.review.answer.CrewReviewAnswerTrigger"
 
 
 @needs_3_1
@@ -409,7 +410,7 @@ def test_request_changes_without_feedback_is_not_sent(crew_service, paused_execu
 def test_changes_in_the_last_round_leave_the_execution_paused_and_say_how_to_go_on(
     crew_service, paused_execution
 ):
-    from airflow_provider_crew.operators.human_review import CrewReviewRoundsExhaustedError
+    from airflow_provider_crew.review import CrewReviewRoundsExhaustedError
 
     kickoff_id, status = paused_execution
     with pytest.raises(CrewReviewRoundsExhaustedError, match=r"All 3 review rounds.*raise max_rounds"):
@@ -441,7 +442,7 @@ def test_an_answer_to_an_output_the_execution_no_longer_shows_is_not_applied(cre
 @needs_3_1
 def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused():
     from airflow_provider_crew._compat import AirflowFailException
-    from airflow_provider_crew.operators.human_review import CrewReviewTimeoutError
+    from airflow_provider_crew.review import CrewReviewTimeoutError
 
     op = round_operator(response_timeout=timedelta(minutes=1))
     with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input") as error:
@@ -465,7 +466,7 @@ def test_malformed_answers_fail_clearly(event):
 
 
 def result_operator():
-    from airflow_provider_crew.operators.human_review import CrewReviewResultOperator
+    from airflow_provider_crew.review import CrewReviewResultOperator
 
     return CrewReviewResultOperator(task_id="result", kickoff_id=KICKOFF_ID, round_task_ids=ROUNDS)
 
@@ -488,14 +489,14 @@ def test_result_returns_the_output_with_every_rounds_record(crew_connection):
 
 @needs_3_1
 def test_result_fails_when_the_crew_pauses_again_after_the_last_round():
-    from airflow_provider_crew.operators.human_review import CrewReviewRoundsExhaustedError
+    from airflow_provider_crew.review import CrewReviewRoundsExhaustedError
 
     with pytest.raises(CrewReviewRoundsExhaustedError, match=r"after all 3 review rounds.*stays paused"):
         result_operator()._finish(context(FakeTI("review.result")), KICKOFF_ID, _result(paused_record()))
 
 
 def _result(record: dict):
-    from airflow_provider_crew.waiting import CrewWaitEvent
+    from airflow_provider_crew.waiting.rules import CrewWaitEvent
 
     outcome = {"PAUSED": "paused", "SUCCESS": "succeeded"}[record["state"]]
     return CrewWaitEvent.parse(crew_event(record, status=outcome)).to_result()
@@ -523,16 +524,15 @@ class FakeStateStore:
 def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
     crew_service, paused_execution, monkeypatch
 ):
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     record = review(op, ti_asked(kickoff_id, status), answer("Approve"), kickoff_id, status)
     assert record["applied"]
     kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent"}
-    assert store.values[review_round.APPLIED_RECORD_KEY] == kept
+    assert store.values[review_answer.APPLIED_RECORD_KEY] == kept
 
     # Airflow failed the try after the answer was applied; the retry must not wait for a pause that
     # will not come and skip, losing who approved: it returns the record of the earlier try.
@@ -544,13 +544,12 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
 
 @needs_3_1
 def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
-    store.set(review_round.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}})
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    store.set(review_answer.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}})
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     op = round_operator()
-    monkeypatch.setattr(op, "_record_execution", lambda *args: None)
+    monkeypatch.setattr(op, "_follow_execution", lambda *args: None)
 
     class Waited(Exception):
         pass
@@ -568,14 +567,13 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
 
 @needs_3_1
 def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
-    asked = store.values[review_round.ASKED_RECORD_KEY]
+    asked = store.values[review_answer.ASKED_RECORD_KEY]
     assert asked["kickoff_id"] == KICKOFF_ID and asked["crew_task_id"] == TASK_ID
     assert OUTPUT not in json.dumps(asked)  # a digest of the output, not the output
     assert len(parked) == 1
@@ -585,10 +583,9 @@ def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
 def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_again(parked, monkeypatch):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):  # try 1 asks; Airflow fails it as the answer lands
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
@@ -608,10 +605,9 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
 
 @needs_3_1
 def test_a_retry_asks_anew_when_the_earlier_try_asked_about_another_output(parked, monkeypatch):
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record(output="first draft")))
 
@@ -630,9 +626,8 @@ class RefusingStateStore(FakeStateStore):
 @needs_3_1
 @pytest.mark.crew_service("review")
 def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, paused_execution, monkeypatch):
-    from airflow_provider_crew.operators import review_round
 
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: RefusingStateStore())
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: RefusingStateStore())
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     with pytest.raises(CrewError, match=r"did not send the answer.*the retry collects the same answer"):
@@ -645,16 +640,15 @@ def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, pau
 
 @needs_3_1
 def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch):
-    from airflow_provider_crew.operators import review_round
 
     store = FakeStateStore()
     sending = {"round": 1, "answer": "Approve", "applied": True}
     store.set(
-        review_round.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
+        review_answer.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
     )
-    monkeypatch.setattr(review_round, "task_state_store", lambda context: store)
+    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     retry = round_operator()
-    monkeypatch.setattr(retry, "_record_execution", lambda *args: None)
+    monkeypatch.setattr(retry, "_follow_execution", lambda *args: None)
     monkeypatch.setattr(retry, "_wait", lambda *args, **kwargs: pytest.fail("the retry waited again"))
 
     record = retry.execute(context(FakeTI(try_number=2)))

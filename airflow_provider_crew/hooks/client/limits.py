@@ -1,25 +1,45 @@
-"""Reading an answer's body under a size cap, decoding gzip and deflate in bounded steps.
+"""What one attempt of a request may cost: time, and the body's size after decompression.
 
-The cap counts bytes after decompression, so a small compressed body that inflates to gigabytes
-(a gzip bomb) costs at most the cap plus one step. Both transports read through :class:`BodyReader`.
+Both transports hold an answer to the same :class:`Limits`, so a broken or hostile service costs
+one request, never the process that reads it (a triggerer reads the waits of every DAG):
+
+- a total time bound per attempt (``connect_timeout + read_timeout``, cut short by the caller's
+  deadline), not only a per-read one, so a body that trickles in byte by byte still ends;
+- a cap on the body counted after decompression (``max_response_bytes``): gzip and deflate are
+  decoded by :class:`BodyReader`, in bounded steps, never by the HTTP library, so a small body that
+  inflates to gigabytes (a gzip bomb) costs at most the cap plus one step.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_crew.exceptions import CrewResponseTooLargeError, CrewServerError
+from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING
 
 if TYPE_CHECKING:
-    from airflow_provider_crew.hooks.transport import Call
+    from airflow_provider_crew.hooks.client.request import Call
 
-# Only what BodyReader decodes itself, so decompression stays under the cap.
-ACCEPT_ENCODING = "gzip, deflate"
+# A request started at (or after) the caller's deadline still gets this long, so a wait can read
+# the status one last time; a trickling body then ends this long after the deadline at most.
+LAST_ATTEMPT_SECONDS = 1.0
 READ_CHUNK = 64 * 1024
 # Largest piece inflated at once: a gzip bomb grows memory by at most the cap plus this.
 INFLATE_STEP = 1024 * 1024
+
+
+@dataclass(slots=True)
+class Limits:
+    """What one attempt may cost: time (seconds) and body size (bytes, after decompression)."""
+
+    connect_timeout: float
+    read_timeout: float
+    total: float
+    max_bytes: int
+    verify_tls: bool = True
 
 
 def describe_size(size: int) -> str:

@@ -18,9 +18,9 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
     CrewServerError,
 )
-from airflow_provider_crew.hooks.body import INFLATE_STEP, BodyReader, describe_size
-from airflow_provider_crew.hooks.redirects import MAX_REDIRECTS, redirect_target
-from airflow_provider_crew.hooks.transport import Call
+from airflow_provider_crew.hooks.client.limits import INFLATE_STEP, BodyReader, describe_size
+from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, redirect_target
+from airflow_provider_crew.hooks.client.request import Call
 from airflow_provider_crew.testing.faults import gzip_bomb_body
 
 BASE = "https://crew.example.test"

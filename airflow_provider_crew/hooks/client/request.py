@@ -1,0 +1,232 @@
+"""The contract's requests as :class:`Call` s: URL, headers, and what a failure means for the caller.
+
+Every call carries the bearer token, asks for JSON in the encodings :mod:`.limits` decodes, and says
+which provider sent it. A kickoff or resume also says what may have happened when its outcome is
+unknown, so that no layer below re-derives it.
+
+The status has two paths: the contract says ``GET /{kickoff_id}/status``; deployed crews answer
+``GET /status/{kickoff_id}``. A connection names one, or ``auto``: ask the contract's path, then the
+deployed one after a 404, and remember per base URL the one that answered (:data:`LEARNED_STATUS_PATHS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from airflow_provider_crew import __version__
+from airflow_provider_crew.connection import CrewConnectionConfig, StatusPathStyle
+from airflow_provider_crew.exceptions import CrewOutcomeUnknownError
+
+USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"
+# The encodings the body reader decodes itself (airflow_provider_crew.hooks.client.limits), so that
+# decompression stays under the size cap.
+ACCEPT_ENCODING = "gzip, deflate"
+
+# The hook's logger: log settings made for the hook keep covering what it learns about a service.
+log = logging.getLogger("airflow_provider_crew.hooks.crew")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request, built once and sent by either transport.
+
+    :param consequence: What the caller should know when the request fails, e.g. that the
+        execution may still be running; appended to every error about this call.
+    :param if_unknown: For a POST: what may have happened when its outcome is unknown, e.g. "an
+        execution may have started".
+    """
+
+    method: str
+    url: str
+    endpoint: str  # what messages call it, e.g. "POST /kickoff"
+    headers: dict[str, str] = field(repr=False)
+    body: dict[str, Any] | None = None
+    consequence: str = ""
+    if_unknown: str = ""
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method == "GET"
+
+    def explain(self, message: str, *, acted_on: bool = True) -> str:
+        """``message`` followed by what the failure means for the caller.
+
+        :param message: What went wrong.
+        :param acted_on: Whether the service may have acted on the request (it answered, but the
+            answer could not be read). A GET's consequence (e.g. "the execution may still be
+            running") holds either way; a POST's ("an execution may have started") only then.
+        """
+        if self.consequence and (acted_on or self.idempotent):
+            return f"{message} {self.consequence}"
+        return message
+
+    def outcome_unknown(self, reason: str) -> CrewOutcomeUnknownError:
+        """The error for a POST that may or may not have reached the service; it is never repeated.
+
+        :param reason: Why the outcome is unknown, e.g. "HTTP 502 from a gateway".
+        """
+        return CrewOutcomeUnknownError(
+            f"{self.endpoint} to {self.url}: the outcome is unknown ({reason}); {self.if_unknown}. It was "
+            "not repeated, so nothing was started twice. Check the service before trying again. Failing "
+            "without retry."
+        )
+
+
+def request_headers(config: CrewConnectionConfig, *, with_body: bool = False) -> dict[str, str]:
+    """The headers of a request to the crew at ``config``.
+
+    :param config: The connection's settings (its token).
+    :param with_body: The request sends a JSON body.
+    """
+    headers = {
+        "Authorization": f"Bearer {config.token}",
+        "Accept": "application/json",
+        "Accept-Encoding": ACCEPT_ENCODING,
+        "User-Agent": USER_AGENT,
+    }
+    if with_body:
+        headers["Content-Type"] = "application/json"
+    return headers
+
+
+def get_call(config: CrewConnectionConfig, path: str) -> Call:
+    """A GET of the contract's ``path`` (``/inputs``, ``/``) from the crew at ``config``."""
+    return Call(
+        method="GET", url=f"{config.base_url}{path}", endpoint=f"GET {path}", headers=request_headers(config)
+    )
+
+
+def post_call(config: CrewConnectionConfig, path: str, body: dict[str, Any], *, if_unknown: str) -> Call:
+    """A POST of ``body`` to the contract's ``path`` (``/kickoff``, ``/resume``).
+
+    :param config: The connection's settings (base URL, token).
+    :param path: The contract's path.
+    :param body: The JSON body.
+    :param if_unknown: What may have happened when the outcome is unknown, e.g. "an execution may
+        have started"; the errors say it, and that the request was not repeated.
+    """
+    return Call(
+        method="POST",
+        url=f"{config.base_url}{path}",
+        endpoint=f"POST {path}",
+        headers=request_headers(config, with_body=True),
+        body=body,
+        consequence=f"{if_unknown[:1].upper()}{if_unknown[1:]}; the {path.strip('/')} was not repeated.",
+        if_unknown=if_unknown,
+    )
+
+
+# -- the status, at one of two paths ------------------------------------------------------------------
+
+_BOTH_STYLES = (StatusPathStyle.CONTRACT, StatusPathStyle.DEPLOYED)
+
+
+def status_path(kickoff_id: str, style: StatusPathStyle) -> str:
+    """The path of ``kickoff_id``'s status in ``style``, the id quoted."""
+    quoted = quote(kickoff_id, safe="")
+    return f"/status/{quoted}" if style is StatusPathStyle.DEPLOYED else f"/{quoted}/status"
+
+
+def describe_style(style: StatusPathStyle) -> str:
+    """The path template of ``style``, for messages."""
+    return "/status/{kickoff_id}" if style is StatusPathStyle.DEPLOYED else "/{kickoff_id}/status"
+
+
+def status_call(base_url: str, headers: dict[str, str], kickoff_id: str, style: StatusPathStyle) -> Call:
+    """The request for an execution's status.
+
+    :param base_url: The crew's base URL.
+    :param headers: The request's headers (:func:`request_headers`), shared by the status requests
+        of one connection.
+    :param kickoff_id: The execution.
+    :param style: Which of the two status paths to ask.
+    """
+    path = status_path(kickoff_id, style)
+    return Call(
+        method="GET",
+        url=f"{base_url}{path}",
+        endpoint=f"GET {path}",
+        headers=headers,
+        consequence=f"Crew execution {kickoff_id} may still be running: only reading its status failed.",
+    )
+
+
+class LearnedStatusPaths:
+    """The status path each service answered at, per base URL, for connections in ``auto`` mode.
+
+    One instance, :data:`LEARNED_STATUS_PATHS`, lives as long as the process: every hook and
+    trigger in it share what it learned, so finding a service's path costs one 404 per process.
+    """
+
+    __slots__ = ("_styles",)
+
+    def __init__(self) -> None:
+        self._styles: dict[str, StatusPathStyle] = {}
+
+    def styles_to_try(self, config: CrewConnectionConfig) -> tuple[StatusPathStyle, ...]:
+        """The styles to ask, in order: the connection's, the one learned, or both."""
+        if config.status_path_style is not StatusPathStyle.AUTO:
+            return (config.status_path_style,)
+        learned = self._styles.get(config.base_url)
+        return _BOTH_STYLES if learned is None else (learned,)
+
+    def learn(self, config: CrewConnectionConfig, style: StatusPathStyle, status_code: int) -> None:
+        """Remember ``style`` for the service at ``config`` when it answered 200 in ``auto`` mode."""
+        if config.status_path_style is StatusPathStyle.AUTO and status_code == 200:
+            if self._styles.get(config.base_url) is not style:
+                log.info("Crew service at %s answers status at %s", config.base_url, describe_style(style))
+            self._styles[config.base_url] = style
+
+    def learned(self) -> dict[str, StatusPathStyle]:
+        """What was learned so far: base URL -> style (a copy)."""
+        return dict(self._styles)
+
+    def forget(self) -> None:
+        """Start over, as a new process would (tests)."""
+        self._styles.clear()
+
+
+LEARNED_STATUS_PATHS = LearnedStatusPaths()
+
+
+class StatusRead:
+    """Reading one execution's status: which path to ask next, and what each answer means.
+
+    The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
+    so the two-path rule exists once: ask each style in turn; a 404 with a style left to try moves
+    on; any other answer (or the last style's 404) is the answer, and a 200 teaches ``auto``
+    connections the path.
+
+    :param config: The connection's settings.
+    :param headers: The status requests' headers.
+    :param kickoff_id: The execution.
+    """
+
+    __slots__ = ("_config", "_headers", "_kickoff_id", "_styles")
+
+    def __init__(self, config: CrewConnectionConfig, headers: dict[str, str], kickoff_id: str) -> None:
+        self._config = config
+        self._headers = headers
+        self._kickoff_id = kickoff_id
+        self._styles = LEARNED_STATUS_PATHS.styles_to_try(config)
+
+    def calls(self) -> list[tuple[Call, StatusPathStyle, bool]]:
+        """The requests to try in order, each with its path style and whether it is the last one."""
+        last = len(self._styles) - 1
+        base_url = self._config.base_url
+        return [
+            (status_call(base_url, self._headers, self._kickoff_id, style), style, index == last)
+            for index, style in enumerate(self._styles)
+        ]
+
+    def is_answer(self, status_code: int, style: StatusPathStyle, *, last: bool) -> bool:
+        """Whether an answer with ``status_code`` answers the read (False: ask the next path); learns
+        the path on a 200."""
+        if status_code == 404 and not last:
+            return False
+        LEARNED_STATUS_PATHS.learn(self._config, style, status_code)
+        return True

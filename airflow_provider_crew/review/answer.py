@@ -1,0 +1,374 @@
+"""The reviewer's answer: how a round waits for it, reads it, and keeps it for a retry.
+
+- Waiting: the round writes Airflow's human-in-the-loop request and waits without a worker slot.
+  Airflow 3.3+ parks the task (``awaiting_input``; the answer resumes it). Airflow 3.1-3.2 defer it
+  to :class:`CrewReviewAnswerTrigger`, which holds the answer back until the deferral is surely
+  handled (Airflow's stale executor-event race,
+  :func:`~airflow_provider_crew.waiting.task.deferral_settle_seconds`).
+- Reading: :func:`answer_from_event`, :func:`why_answer_is_outdated`, :func:`feedback_for_crew`.
+- Keeping: :class:`RoundRecords`, what a round keeps in the task state store (3.3+) so that a retry
+  neither asks twice nor applies an answer twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
+
+from airflow.providers.standard.triggers.hitl import HITLTrigger
+from airflow.triggers.base import TriggerEvent
+
+from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS, hitl_params, task_state_store
+from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
+from airflow_provider_crew.models import CrewState, CrewStatus
+from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
+from airflow_provider_crew.triggers.crew import hold_until
+from airflow_provider_crew.waiting.task import deferral_settle_seconds
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+APPROVED_WITHOUT_TEXT = "Approved."
+# Where a round keeps the record of an answer it applied, for a retry of the same round (Airflow 3.3+).
+APPLIED_RECORD_KEY = "crew_review_applied"
+# Where a round keeps what it asked about (execution, crew task, a digest of the output), so that a
+# retry can tell an answer given to its earlier try about this very pause (Airflow 3.3+).
+ASKED_RECORD_KEY = "crew_review_asked"
+
+
+class ReviewAnswer(TypedDict):
+    """A reviewer's answer, as a round records it."""
+
+    answer: str
+    is_approve: bool
+    feedback: str
+    responded_by: Mapping[str, Any] | None
+    responded_at: Any
+    timed_out: bool
+
+
+# -- waiting for the answer -------------------------------------------------------------------------
+
+
+def answer_params() -> dict[str, Any]:
+    """The request's one form field, ``feedback``, in the form the running Airflow stores."""
+    from airflow.sdk.definitions.param import Param
+
+    return hitl_params(
+        {
+            FEEDBACK_PARAM: Param(
+                "",
+                type=["string", "null"],
+                title="Feedback",
+                description="Required with 'Request changes': what the crew should change. Optional "
+                "with 'Approve': added to the crew's context.",
+            )
+        }
+    )
+
+
+def park_for_answer(
+    task: Any,
+    context: Context,
+    *,
+    subject: str,
+    body: str,
+    assigned_users: list[dict[str, str]],
+    approve_on_timeout: bool,
+    response_timeout: timedelta | None,
+    method_name: str,
+    kwargs: dict[str, Any],
+) -> NoReturn:
+    """Write a human-in-the-loop request for this task instance and wait for the answer, slot-free.
+
+    Airflow 3.3+ parks the task in ``awaiting_input`` (the answer resumes it directly). Airflow
+    3.1-3.2 defer it to a trigger that polls for the answer (:func:`defer_until_answered`).
+    """
+    from airflow.sdk.execution_time.hitl import upsert_hitl_detail
+
+    upsert_hitl_detail(
+        ti_id=context["task_instance"].id,
+        options=list(OPTIONS),
+        subject=subject,
+        body=body,
+        defaults=[APPROVE] if approve_on_timeout else None,
+        multiple=False,
+        params=answer_params(),
+        assigned_users=assigned_users,  # type: ignore[arg-type]
+    )
+    if AIRFLOW_V_3_3_PLUS:
+        from airflow.sdk.exceptions import TaskAwaitingInput
+
+        raise TaskAwaitingInput(method_name=method_name, kwargs=kwargs, timeout=response_timeout)
+    defer_until_answered(
+        task,
+        context,
+        approve_on_timeout=approve_on_timeout,
+        response_timeout=response_timeout,
+        method_name=method_name,
+        kwargs=kwargs,
+    )
+
+
+def defer_until_answered(
+    task: Any,
+    context: Context,
+    *,
+    approve_on_timeout: bool,
+    response_timeout: timedelta | None,
+    method_name: str,
+    kwargs: dict[str, Any],
+) -> NoReturn:
+    """Wait in the triggerer for the answer to this task instance's request, as it stands.
+
+    The request is not written again, so an answer it already holds is kept: Airflow clears the
+    answer when a try writes the request again. The answer is held back until the deferring
+    process's exit is surely handled. Needs Airflow 3.1+.
+    """
+    from airflow.sdk.timezone import utcnow
+
+    task.defer(
+        trigger=CrewReviewAnswerTrigger(
+            ti_id=context["task_instance"].id,
+            options=list(OPTIONS),
+            defaults=[APPROVE] if approve_on_timeout else None,
+            params=answer_params(),
+            multiple=False,
+            timeout_datetime=utcnow() + response_timeout if response_timeout else None,
+            not_before=time.time() + deferral_settle_seconds(),
+        ),
+        method_name=method_name,
+        kwargs=kwargs,
+    )
+    raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+
+# -- reading the answer -------------------------------------------------------------------------------
+
+
+def answer_from_event(
+    event: Any, *, kickoff_id: str, crew_task_id: str, response_timeout: timedelta | None
+) -> ReviewAnswer:
+    """The reviewer's answer in a human-in-the-loop event.
+
+    :param event: The event the round resumed with: the answer, or an error such as a time-out.
+    :param kickoff_id: The execution under review (for the time-out message).
+    :param crew_task_id: The paused crew task the answer is about (for the time-out message).
+    :param response_timeout: How long the round waited (for the time-out message).
+    :raises CrewReviewTimeoutError: Nobody answered in time (and no default answer was set).
+    :raises CrewError: The request failed otherwise, or the event holds no single known option.
+    """
+    if not isinstance(event, Mapping):
+        raise CrewError(f"Expected a human-in-the-loop event, got {event!r}.")
+    if "error" in event:
+        if event.get("error_type") == "timeout":
+            raise CrewReviewTimeoutError(
+                f"No review answer within {duration_text(response_timeout or timedelta())} "
+                f"(response_timeout). Crew execution "
+                f"{kickoff_id} is still waiting for human input on task {crew_task_id!r}: clear this "
+                "task to ask again, or resume it with CrewResumeOperator."
+            )
+        raise CrewError(f"The review request failed ({event.get('error_type')}): {event.get('error')}")
+    chosen = list(event.get("chosen_options") or [])
+    if len(chosen) != 1 or chosen[0] not in OPTIONS:
+        raise CrewError(f"Expected exactly one of {OPTIONS} as the answer, got {chosen!r}.")
+    params_input = event.get("params_input") or {}
+    responded_at = event.get("responded_at")
+    return {
+        "answer": chosen[0],
+        "is_approve": chosen[0] == APPROVE,
+        "feedback": str(params_input.get(FEEDBACK_PARAM) or ""),
+        "responded_by": event.get("responded_by_user"),
+        "responded_at": responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at,
+        "timed_out": bool(event.get("timedout")),
+    }
+
+
+def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, reviewed_output: str | None) -> str | None:
+    """Why an answer must not be sent: the execution no longer waits on the output the reviewer saw.
+
+    ``None`` while it still waits on that output of that task.
+
+    :param status: The execution's status now.
+    :param crew_task_id: The paused crew task the answer is about.
+    :param reviewed_output: The output the reviewer saw.
+    """
+    if status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id:
+        if status.paused_task_output == reviewed_output:
+            return None
+        return (
+            f"The execution now waits on a different output of task {crew_task_id!r} than the one "
+            "reviewed (resumed elsewhere?); the answer would apply to text the reviewer never saw."
+        )
+    return f"The execution moved on before the answer arrived (now: {status.describe()})."
+
+
+def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) -> str:
+    """The feedback sent with the resume: the reviewer's words, or why an approval has none.
+
+    :param answer: The reviewer's answer.
+    :param response_timeout: How long the round waited (named when the approval is the time-out default).
+    """
+    return answer["feedback"].strip() or (
+        f"Approved automatically: no answer within {response_timeout}."
+        if answer["timed_out"]
+        else APPROVED_WITHOUT_TEXT
+    )
+
+
+# -- what a round keeps for its retry -------------------------------------------------------------------
+# Airflow can fail a round around its answer: an answer that lands before the scheduler has handled
+# the parking process's exit gets the task failed (apache/airflow#72716). The task state store
+# (Airflow 3.3+) outlives a try, so a round keeps there
+# - what it asked about, so that a retry collects the answer given to its earlier try about this very
+#   pause instead of asking again (Airflow keeps an answer with its request until a try writes the
+#   request again): a program that answers at once would otherwise lose the race on every try;
+# - the answer it sends, written *before* POST /resume ("sending", then "sent"): Airflow refuses the
+#   write for a try it has already failed, and such a try must not resume the crew; a retry that
+#   finds the record returns it instead of waiting for another pause, so review_history keeps who
+#   approved.
+
+
+def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
+    """What identifies a pause a round asked about (the output as a digest: it may be long)."""
+    output = status.paused_task_output or ""
+    return {
+        "kickoff_id": kickoff_id,
+        "crew_task_id": status.paused_task_id or "",
+        "output_sha256": hashlib.sha256(output.encode()).hexdigest(),
+    }
+
+
+class RoundRecords:
+    """One round's records in the task state store; every method does nothing before Airflow 3.3.
+
+    :param context: The task's context.
+    :param round_number: The round, for messages.
+    :param log: The task's logger.
+    """
+
+    def __init__(self, context: Context, round_number: int, log: Any) -> None:
+        self.store = task_state_store(context)
+        self.round_number = round_number
+        self.log = log
+
+    def keep_asked(self, kickoff_id: str, status: CrewStatus) -> None:
+        """Keep what this try asks about; a failed write only means a retry asks again."""
+        if self.store is None:
+            return
+        try:
+            self.store.set(ASKED_RECORD_KEY, asked_about(kickoff_id, status))
+        except Exception as error:
+            self.log.warning("Could not keep what round %d asked about: %s", self.round_number, error)
+
+    def asked_before(self, kickoff_id: str, status: CrewStatus, try_number: int) -> bool:
+        """Whether an earlier try of this round asked about this very pause."""
+        if self.store is None or try_number <= 1:
+            return False
+        try:
+            return bool(self.store.get(ASKED_RECORD_KEY) == asked_about(kickoff_id, status))
+        except Exception as error:  # then ask again: nothing is lost
+            self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
+            return False
+
+    def claim_resume(self, kickoff_id: str, record: dict[str, Any]) -> None:
+        """Keep the record as being sent; raise, sending nothing, when Airflow refuses the write."""
+        if self.store is None:
+            return  # Airflow < 3.3: no store, and the answer reaches the round through its own trigger
+        claimed = {**record, "applied": True}
+        try:
+            self.store.set(
+                APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": claimed, "state": "sending"}
+            )
+        except Exception as error:
+            raise CrewError(
+                f"Round {self.round_number} did not send the answer to crew execution {kickoff_id}: "
+                f"Airflow refused to keep its record ({error}). Airflow has probably failed this try "
+                "already (apache/airflow#72716); the retry collects the same answer and sends it once."
+            ) from None
+
+    def keep_applied(self, kickoff_id: str, record: dict[str, Any]) -> None:
+        """Keep the record of the answer as sent."""
+        if self.store is None:
+            return
+        try:
+            self.store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"})
+        except Exception as error:  # the claim stays, "sending": a retry will not send it again
+            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
+
+    def drop_claim(self) -> None:
+        """Forget the claim: the crew refused the answer, so nothing was sent."""
+        if self.store is None:
+            return
+        try:
+            self.store.delete(APPLIED_RECORD_KEY)
+        except Exception as error:  # a retry then finds "sending" and does not send: nothing doubles
+            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
+
+    def applied_by_earlier_try(self, kickoff_id: str) -> dict[str, Any] | None:
+        """The record of this round's answer, when an earlier try sent it to this execution."""
+        kept = self.store.get(APPLIED_RECORD_KEY) if self.store is not None else None
+        if not isinstance(kept, dict) or kept.get("kickoff_id") != kickoff_id:
+            return None
+        record = kept.get("record")
+        if not isinstance(record, dict):
+            return None
+        if kept.get("state") == "sending":
+            # The try ended between claiming and confirming: the answer may have reached the crew.
+            # Sending it again could apply it twice; a crew left paused is asked about by the next round.
+            record = {**record, "note": "An earlier try was stopped while sending this answer."}
+        self.log.info(
+            "Round %d's answer (%s) was sent to crew execution %s by an earlier try; returning its "
+            "record instead of waiting for another pause.",
+            self.round_number,
+            record.get("answer"),
+            kickoff_id,
+        )
+        return record
+
+
+# -- the trigger (Airflow 3.1-3.2) ----------------------------------------------------------------------
+
+
+class CrewReviewAnswerTrigger(HITLTrigger):
+    """
+    Wait for a review answer in the triggerer (Airflow 3.1-3.2; 3.3+ needs no trigger).
+
+    Airflow's ``HITLTrigger``, holding the answer back until the task that deferred is surely gone.
+
+    A reviewer can answer within a second of the request appearing. An event that resumes the task
+    before the scheduler has handled the exit of the process that deferred gets the task failed
+    (apache/airflow#67287); ``not_before`` is when that is surely done.
+
+    :param not_before: Epoch seconds before which no event is fired.
+    :param kwargs: ``HITLTrigger``'s own arguments.
+    """
+
+    def __init__(self, *, not_before: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.not_before = float(not_before)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()
+        return f"{type(self).__module__}.{type(self).__qualname__}", {**kwargs, "not_before": self.not_before}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in super().run():
+            await hold_until(self.not_before)
+            yield event
+            return
+
+
+__all__ = [
+    "APPROVED_WITHOUT_TEXT",
+    "CrewReviewAnswerTrigger",
+    "ReviewAnswer",
+    "RoundRecords",
+    "answer_from_event",
+    "feedback_for_crew",
+    "park_for_answer",
+    "why_answer_is_outdated",
+]

@@ -1,0 +1,61 @@
+"""The end of a human review: wait for the execution to finish and return its final output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_crew.exceptions import CrewReviewRoundsExhaustedError
+from airflow_provider_crew.review.base import XCOM_REVIEW_HISTORY, ReviewTaskBase
+from airflow_provider_crew.review.request import crew_task_name
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
+from airflow_provider_crew.waiting.task import XCOM_STATUS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class CrewReviewResultOperator(ReviewTaskBase):
+    """
+    The end of a review: wait for the execution to finish and return its final output.
+
+    Runs after the rounds (``trigger_rule="none_failed"``: skipped rounds are fine). Pushes every
+    round's record to XCom ``review_history`` before waiting, and the final output to ``output``.
+    Fails when the execution pauses again after the last round, leaving it paused. It takes the
+    parameters every task of a review takes (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
+
+    :xcom return_value: The execution's final output.
+    :xcom output: The same final output.
+    :xcom kickoff_id: The execution.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL.
+    :xcom review_history: Every round's record, in order.
+    :xcom status: The last status record.
+    """
+
+    ui_color = "#e9d8fd"
+
+    def execute(self, context: Context) -> Any:
+        kickoff_id = self._start(context)
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_REVIEW_HISTORY, value=self._rounds_before(context, self.round_task_ids))
+        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
+        return self._finish(context, kickoff_id, result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        kickoff_id, result = self._result_from_event(event)
+        return self._finish(context, kickoff_id, result)
+
+    def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
+        self._end_wait(kickoff_id, result)
+        status = result.last_status
+        if result.outcome is Outcome.PAUSED and status is not None:
+            context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
+            raise CrewReviewRoundsExhaustedError(
+                f"Crew execution {kickoff_id} paused for human input again, on task "
+                f"{crew_task_name(status)!r}, after all {len(self.round_task_ids)} review rounds: it stays "
+                "paused. Raise max_rounds of crew_human_review and clear this task group, or resume the "
+                "execution with CrewResumeOperator."
+            )
+        return self._push_result(context, kickoff_id, result)
+
+
+__all__ = ["CrewReviewResultOperator"]

@@ -1,0 +1,392 @@
+"""One round of a human review: wait for the pause, ask the reviewer, send the answer to the crew.
+
+1. The round waits (deferred) until the execution pauses for human input, or skips when it
+   finished without another pause;
+2. it writes the request (this round's output, the inputs, the earlier rounds' feedback) and waits
+   for the answer without a worker slot;
+3. it checks that the execution still waits on that output, sends the answer with ``POST /resume``
+   and ends. No task defers again after a resume in the same try, which keeps every resume clear of
+   Airflow's stale executor-event race (see
+   :func:`~airflow_provider_crew.waiting.task.deferral_settle_seconds`).
+
+The request's text is :mod:`.request`; waiting for the answer, reading it and keeping it for a
+retry, :mod:`.answer`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from airflow_provider_crew._compat import AirflowSkipException
+from airflow_provider_crew.exceptions import (
+    CrewBadRequestError,
+    CrewConfigurationError,
+    CrewError,
+    CrewReviewRoundsExhaustedError,
+)
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.operators.base import (
+    WEBHOOK_PARAMETERS,
+    check_webhook_parameter,
+    resume_webhook_addresses,
+    try_number,
+)
+from airflow_provider_crew.review import answer, request
+from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
+from airflow_provider_crew.waiting.task import XCOM_STATUS, shorten
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.bases.notifier import BaseNotifier
+
+# After POST /resume a service may still report the old pause for a moment; a pause with the same
+# task and output within this window is that stale record, not a new round.
+STALE_PAUSE_GRACE = 30.0
+
+
+class CrewReviewRoundOperator(ReviewTaskBase):
+    """
+    One review round: wait for the execution to pause, ask the reviewer, send the answer to the crew.
+
+    Made by :func:`crew_human_review`, which lays out the rounds and the result task. The round
+    skips when the execution finished without (another) pause. Its return value is the round's record
+    (see docs/human-review.md); the request it wrote is in XCom ``review_request``. It takes the
+    parameters every task of a review takes (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
+
+    :param round_number: Which round this is (1-based).
+    :param subject: Headline of the request; ``{task}`` is replaced by the paused crew task.
+    :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
+    :param notifiers: Notifiers called when the request is written (``task.body`` is its text).
+    :param response_timeout: How long the round waits for an answer; then it fails and the
+        execution stays paused, unless ``approve_on_timeout``.
+    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer.
+    :param task_webhook_url: Task-completion webhook to send with the resume.
+    :param step_webhook_url: Agent-step webhook to send with the resume.
+    :param crew_webhook_url: Crew-completion webhook to send with the resume.
+    :param carry_over_webhooks: Re-send the kickoff's webhook addresses at resume (the service
+        forgets them otherwise; docs/contract.md, "Resume").
+    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
+        ``kickoff_id=kickoff.output`` when not given.
+
+    :xcom return_value: This round's record (round, crew_task_id, crew_task, output, answer,
+        is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status or
+        note); none when the round is skipped.
+    :xcom kickoff_id: The execution under review.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL.
+    :xcom review_request: The request this round wrote (round, kickoff_id, crew_task_id, crew_task,
+        output, subject, body).
+    :xcom status: The last status record, when the execution finished before this round.
+    """
+
+    template_fields: Sequence[str] = (
+        "kickoff_id",
+        "inputs",
+        "task_webhook_url",
+        "step_webhook_url",
+        "crew_webhook_url",
+    )
+    ui_color = "#fde2e4"
+
+    def __init__(
+        self,
+        *,
+        round_number: int,
+        subject: str = "Review crew task {task}",
+        assigned_users: Mapping[str, str] | list[Mapping[str, str]] | None = None,
+        notifiers: Sequence[BaseNotifier] | BaseNotifier | None = None,
+        response_timeout: timedelta | None = None,
+        approve_on_timeout: bool = False,
+        task_webhook_url: str | None = None,
+        step_webhook_url: str | None = None,
+        crew_webhook_url: str | None = None,
+        carry_over_webhooks: bool = True,
+        kickoff_task_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not 1 <= round_number <= len(self.round_task_ids):
+            raise CrewConfigurationError(
+                f"round_number must be between 1 and {len(self.round_task_ids)}, got {round_number!r}."
+            )
+        self.round_number = round_number
+        self.subject = subject
+        self.assigned_users: list[Mapping[str, str]] = (
+            [assigned_users] if isinstance(assigned_users, Mapping) else list(assigned_users or [])
+        )
+        self.notifiers: list[BaseNotifier] = (
+            list(notifiers) if isinstance(notifiers, Sequence) else [notifiers] if notifiers else []
+        )
+        if response_timeout is not None and not isinstance(response_timeout, timedelta):
+            raise CrewConfigurationError(
+                f"response_timeout must be a timedelta, got {response_timeout!r}. "
+                "Write e.g. response_timeout=timedelta(hours=24)."
+            )
+        if approve_on_timeout and response_timeout is None:
+            raise CrewConfigurationError("approve_on_timeout=True needs a response_timeout.")
+        self.response_timeout = response_timeout
+        self.approve_on_timeout = approve_on_timeout
+        self.task_webhook_url = task_webhook_url
+        self.step_webhook_url = step_webhook_url
+        self.crew_webhook_url = crew_webhook_url
+        for parameter in WEBHOOK_PARAMETERS:
+            check_webhook_parameter(getattr(self, parameter), parameter)
+        self.carry_over_webhooks = carry_over_webhooks
+        self.kickoff_task_id = kickoff_task_id or self.kickoff_task_id
+        self.body: str | None = None  # this round's request text, for notifiers' templates
+
+    @property
+    def is_last_round(self) -> bool:
+        return self.round_number == len(self.round_task_ids)
+
+    # -- waiting for the crew ------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        kickoff_id = self._start(context)
+        kept = answer.RoundRecords(context, self.round_number, self.log).applied_by_earlier_try(kickoff_id)
+        if kept is not None:
+            return kept
+        # _wait defers; it returns only when the wait was over at the first read.
+        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
+        return self._on_crew_result(context, kickoff_id, result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
+        kickoff_id, result = self._result_from_event(event)
+        return self._on_crew_result(context, kickoff_id, result)
+
+    def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> dict[str, Any]:
+        self._end_wait(kickoff_id, result)
+        status = result.last_status
+        if result.outcome is Outcome.PAUSED and status is not None:
+            records = answer.RoundRecords(context, self.round_number, self.log)
+            if records.asked_before(kickoff_id, status, try_number(context)):
+                self._collect_earlier_answer(context, kickoff_id, status)  # defers, like _ask parks
+            self._ask(context, kickoff_id, status)  # parks: returns only through execute_review
+        if status is not None:
+            context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
+        if not self._rounds_before(context, self.round_task_ids[: self.round_number - 1]):
+            self.log.warning(
+                "Crew execution %s finished without pausing for human input: nothing was reviewed. "
+                "Tasks pause only when the kickoff gave a human-input webhook.",
+                kickoff_id,
+            )
+        raise AirflowSkipException(
+            f"Crew execution {kickoff_id} finished: no review round {self.round_number}."
+        )
+
+    # -- asking the reviewer --------------------------------------------------------------------
+
+    def _ask(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
+        """Write this round's request and wait for the answer without a worker slot."""
+        written = self._write_request(context, kickoff_id, status)
+        self.log.info(
+            "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
+            self.round_number,
+            kickoff_id,
+            written["crew_task"],
+            shorten(status.paused_task_output),
+        )
+        for notifier in self.notifiers:
+            notifier(context)
+        answer.RoundRecords(context, self.round_number, self.log).keep_asked(kickoff_id, status)
+        answer.park_for_answer(
+            self,
+            context,
+            subject=written["subject"],
+            body=written["body"],
+            assigned_users=[dict(user) for user in self.assigned_users],
+            **self._answer_wait(kickoff_id, status),
+        )
+
+    def _collect_earlier_answer(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
+        """Wait for the answer to the request an earlier try wrote, without writing it again.
+
+        An answer already given to that request is applied once the triggerer reads it; if there is
+        none, the request stays open as it was. (A task cannot read a request's answer on Airflow
+        3.3; a trigger can.)
+        """
+        self._write_request(context, kickoff_id, status)
+        self.log.warning(
+            "Round %d asked about this pause in an earlier try, which Airflow ended before an answer "
+            "was applied (an answer that lands before the scheduler has handled the parking, "
+            "apache/airflow#72716). Collecting the answer given to that request, if any, instead of "
+            "asking again.",
+            self.round_number,
+        )
+        answer.defer_until_answered(self, context, **self._answer_wait(kickoff_id, status))
+
+    def _answer_wait(self, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
+        """How the round waits for the answer, whether it writes the request or collects it."""
+        return {
+            "approve_on_timeout": self.approve_on_timeout,
+            "response_timeout": self.response_timeout,
+            "method_name": "execute_review",
+            "kwargs": self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
+        }
+
+    def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
+        """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""
+        earlier = self._rounds_before(context, self.round_task_ids[: self.round_number - 1])
+        crew_task = request.crew_task_name(status)
+        subject = self.subject.replace("{task}", crew_task)
+        written: dict[str, Any] = {
+            "round": self.round_number,
+            "kickoff_id": kickoff_id,
+            "crew_task_id": status.paused_task_id,
+            "crew_task": crew_task,
+            "output": status.paused_task_output,
+            "subject": f"{subject} (round {self.round_number} of {len(self.round_task_ids)})",
+            "body": self.review_body(kickoff_id, status, earlier, retried=try_number(context) > 1),
+        }
+        context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=written)
+        self.body = written["body"]
+        return written
+
+    # -- the answer ------------------------------------------------------------------------------
+
+    def execute_review(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        *,
+        kickoff_id: str,
+        crew_task_id: str,
+    ) -> dict[str, Any]:
+        """Back from the human-in-the-loop wait: send the answer to the crew and end the round.
+
+        :param event: The human-in-the-loop event (answer, or an error such as a time-out).
+        :param kickoff_id: The execution under review.
+        :param crew_task_id: The paused crew task the answer is about.
+        """
+        asked = self._pull(context, XCOM_REVIEW_REQUEST) or {}
+        given = answer.answer_from_event(
+            event, kickoff_id=kickoff_id, crew_task_id=crew_task_id, response_timeout=self.response_timeout
+        )
+        record: dict[str, Any] = {
+            "round": self.round_number,
+            "crew_task_id": crew_task_id,
+            "crew_task": asked.get("crew_task"),
+            "output": asked.get("output"),
+            **given,
+            "applied": False,
+        }
+        if not given["is_approve"]:
+            if not given["feedback"].strip():
+                return self._not_sent(
+                    record, "Changes were requested without feedback, so nothing was sent to the crew."
+                )
+            if self.is_last_round:
+                self._not_sent(record, "Changes were requested in the last review round.")
+                raise CrewReviewRoundsExhaustedError(
+                    f"All {len(self.round_task_ids)} review rounds are used and round {self.round_number} "
+                    f"asked for changes: crew execution {kickoff_id} stays paused on task "
+                    f"{asked.get('crew_task') or crew_task_id!r}, the feedback was not sent. To go on, "
+                    "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
+                )
+        record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
+        return self._send(context, kickoff_id, record)
+
+    def _send(self, context: Context, kickoff_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Resume the execution with the answer, unless it no longer waits on the reviewed output.
+
+        :param kickoff_id: The execution under review.
+        :param record: This round's record with the answer; returned marked applied, or with a note why not.
+        """
+        crew_task_id, output = record["crew_task_id"], record["output"]
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
+        if moved_on:
+            return self._not_sent(record, moved_on)
+        webhooks = resume_webhook_addresses(context, kickoff_id, self)
+        records = answer.RoundRecords(context, self.round_number, self.log)
+        records.claim_resume(kickoff_id, record)
+        try:
+            result = hook.resume(
+                kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
+            )
+        except CrewBadRequestError as error:
+            records.drop_claim()
+            return self._not_sent(
+                record, f"The crew did not accept the answer: {error.service_message or error}"
+            )
+        record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
+        records.keep_applied(kickoff_id, record)
+        self.log.info(
+            "Round %d: %s by %s; crew execution %s %s.",
+            self.round_number,
+            record["answer"],
+            (record["responded_by"] or {}).get("name", "nobody (time-out default)"),
+            kickoff_id,
+            result.status.value,
+        )
+        self._let_stale_pause_pass(hook, kickoff_id, crew_task_id, output)
+        return record
+
+    def _not_sent(self, record: dict[str, Any], why: str) -> dict[str, Any]:
+        record["note"] = why
+        self.log.warning("Round %d: the answer was not applied. %s", self.round_number, why)
+        return record
+
+    def _moved_on(self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None) -> str | None:
+        """Why the answer must not be sent, when the execution no longer waits on the reviewed output."""
+        try:
+            status = hook.get_status(kickoff_id)
+        except CrewError as error:
+            self.log.warning("Could not read the status before resuming (%s); sending the answer.", error)
+            return None
+        return answer.why_answer_is_outdated(status, crew_task_id, output)
+
+    def _let_stale_pause_pass(
+        self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None
+    ) -> None:
+        """Poll briefly while the service still shows the pause just answered (bounded, usually 1 poll).
+
+        The next round starts from the first status it reads: it must not take this stale record for
+        a new pause.
+        """
+        deadline = time.monotonic() + STALE_PAUSE_GRACE
+        while time.monotonic() < deadline:
+            try:
+                status = hook.get_status(kickoff_id)
+            except CrewError:
+                return  # the next round's wait handles errors and 404s properly
+            if answer.why_answer_is_outdated(status, crew_task_id, output) is not None:
+                return  # the service no longer shows the answered pause
+            time.sleep(min(self.poll_interval, 1.0))
+        self.log.warning("Crew execution %s still shows the answered pause.", kickoff_id)
+
+    def _pull(self, context: Context, key: str) -> Any:
+        ti = context["ti"]
+        return ti.xcom_pull(task_ids=self.task_id, key=key, map_indexes=ti.map_index)
+
+    # -- the request text -------------------------------------------------------------------------
+
+    def review_body(
+        self, kickoff_id: str, status: CrewStatus, earlier: list[dict[str, Any]], *, retried: bool = False
+    ) -> str:
+        """The Markdown the reviewer reads in this round (:func:`.request.review_body`).
+
+        :param kickoff_id: The execution under review.
+        :param status: The status record of the pause.
+        :param earlier: The records of the earlier rounds, in order.
+        :param retried: Whether an earlier try of this round ended without an answer being applied.
+        """
+        return request.review_body(
+            kickoff_id,
+            status,
+            earlier,
+            round_number=self.round_number,
+            total_rounds=len(self.round_task_ids),
+            inputs=self.inputs,
+            response_timeout=self.response_timeout,
+            approve_on_timeout=self.approve_on_timeout,
+            retried=retried,
+        )
+
+
+__all__ = ["CrewReviewRoundOperator"]

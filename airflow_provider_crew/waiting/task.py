@@ -1,0 +1,359 @@
+"""Waiting for an execution from a task: read once, then defer to the trigger or poll in the worker.
+
+Every crew task that waits (the kickoff, resume and review operators and the status sensor) does
+it through :class:`CrewWaitMixin`:
+
+1. :meth:`~CrewWaitMixin._follow_execution` once the execution is known: push its page URL (the
+   task's "Crew execution" link) and keep what the link and OpenLineage read later;
+2. :meth:`~CrewWaitMixin._wait`: read the status once in the worker; when the wait is not over,
+   defer to :class:`~airflow_provider_crew.triggers.crew.CrewStatusTrigger` (deferrable) or poll in
+   the worker; both follow :mod:`airflow_provider_crew.waiting.rules`;
+3. after a deferral, :meth:`~CrewWaitMixin._result_from_event` checks the trigger's event;
+4. :meth:`~CrewWaitMixin._end_wait` keeps the result (:class:`~.rules.FollowedExecution`) and raises
+   for the outcomes that fail the task; :meth:`~CrewWaitMixin._push_result` pushes the rest to XCom.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_crew._compat import conf, running_in_process_test
+from airflow_provider_crew.exceptions import (
+    CrewConfigurationError,
+    CrewError,
+    CrewExecutionFailedError,
+    CrewExecutionNotFoundError,
+    CrewExecutionTimeoutError,
+)
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.links.crew import push_execution_url
+from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+from airflow_provider_crew.waiting.rules import (
+    DEFAULT_NOT_FOUND_GRACE,
+    CrewWaitEvent,
+    FollowedExecution,
+    Outcome,
+    Poller,
+    WaitFor,
+    WaitResult,
+    wait_blocking,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+# XCom keys, named once: DAG authors pull them by these names.
+XCOM_KICKOFF_ID = "kickoff_id"
+XCOM_KICKED_OFF_AT = "kicked_off_at"
+XCOM_OUTPUT = "output"
+XCOM_STATUS = "status"
+XCOM_HUMAN_INPUT = "human_input"
+XCOM_WEBHOOKS = "webhooks"
+XCOM_RESUME = "resume"
+
+DEFAULT_TIMEOUT = timedelta(hours=24)
+OUTPUT_LOG_LIMIT = 2000
+#: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
+EXECUTION_URL_KWARG = "crew_execution_url"
+
+# Past Airflow's own bound on a deferring task's process (``[core] task_success_overtime``), the
+# LocalExecutor/Celery worker still has to report the exit and the scheduler to read it: a scheduler
+# loop or two, generously.
+SETTLE_MARGIN_SECONDS = 5.0
+
+
+def default_deferrable() -> bool:
+    """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def deferral_settle_seconds() -> float:
+    """How long after a task defers (or parks) an event may resume it without tripping Airflow's
+    stale executor-event race (apache/airflow#67287, #72716).
+
+    When the task instance is queued again before the scheduler has read the executor's report of
+    the deferring process's exit, Airflow fails it ("finished with state success, but the task
+    instance's state attribute is queued"). Airflow bounds how long that process may live after it
+    reported its state (``[core] task_success_overtime``, then it is killed); add a margin for the
+    executor to report the exit and the scheduler to read it. Zero in ``dag.test()``, which has no
+    executor and so no race.
+    """
+    if running_in_process_test():
+        return 0.0
+    overtime = conf.getfloat("core", "task_success_overtime", fallback=20.0)
+    heartbeat = conf.getfloat("scheduler", "scheduler_heartbeat_sec", fallback=5.0)
+    return overtime + max(SETTLE_MARGIN_SECONDS, 2 * heartbeat)
+
+
+def seconds(value: timedelta | float | int, parameter: str) -> float:
+    """A duration given as timedelta or seconds, checked to be positive; errors name the parameter."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CrewConfigurationError(
+            f"{parameter} must be a number of seconds or a timedelta, got {value!r}."
+        )
+    if value <= 0:
+        raise CrewConfigurationError(f"{parameter} must be greater than 0 seconds, got {value!r}.")
+    return float(value)
+
+
+def shorten(value: Any, limit: int = OUTPUT_LOG_LIMIT, *, rest: str = "more characters") -> str:
+    """``value`` as text for a log line, cut after ``limit`` characters with a note of how many more."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} {rest})"
+
+
+def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
+    """What a reviewer needs to resume: the XCom value handed downstream on a pause."""
+    return {
+        "execution_id": kickoff_id,
+        "task_id": status.paused_task_id,
+        "task_output": status.paused_task_output,
+    }
+
+
+def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any]:
+    """The XCom ``kicked_off_at`` value. The id is in it so that a wait pulling from a mapped
+    kickoff (a list of these) finds its own execution's."""
+    return {"kickoff_id": kickoff_id, "epoch_seconds": epoch_seconds}
+
+
+def kicked_off_at_from_xcom(context: Context, kickoff_task_id: str, kickoff_id: str) -> float | None:
+    """When ``kickoff_task_id`` started ``kickoff_id`` (epoch seconds), or None when it did not say."""
+    pulled = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_KICKED_OFF_AT)
+    for record in pulled if isinstance(pulled, list) else [pulled]:
+        if isinstance(record, dict) and record.get("kickoff_id") == kickoff_id:
+            value = record.get("epoch_seconds")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+    return None
+
+
+def task_started_at(context: Context) -> float:
+    """When this task try started (epoch seconds); a deferral keeps it, so resuming does not move it."""
+    started = getattr(context["ti"], "start_date", None)
+    if not isinstance(started, datetime):
+        return time.time()
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return started.timestamp()
+
+
+class CrewWaitMixin:
+    """Waiting for an execution from an operator or sensor; expects BaseOperator underneath.
+
+    ``crew_execution`` is what the task followed and how its wait ended: the "Crew execution" link
+    and the OpenLineage facets read it, in the task's own process.
+    """
+
+    crew_conn_id: str
+    poll_interval: float
+    max_poll_interval: float
+    deferrable: bool
+    log: Any
+    crew_execution: FollowedExecution | None = None
+
+    # -- the execution this task follows -----------------------------------------------------------
+
+    def _follow_execution(self, context: Context, hook: CrewHook, kickoff_id: str) -> None:
+        """Keep the execution this task follows, and push its page URL for the extra link.
+
+        Call it as soon as the execution is known, before waiting or deferring.
+        """
+        url = push_execution_url(context, hook.config, kickoff_id)
+        self.crew_execution = FollowedExecution(kickoff_id, config=hook.config, url=url, url_known=True)
+
+    def known_execution_url(self) -> tuple[bool, str | None]:
+        """Whether this run knows the execution's page URL, and the URL (None: there is none).
+
+        At the end of each run of a task (each deferral included) the worker asks the task's extra
+        link for its URL. Reading it from XCom when none was pushed (no template) makes Airflow log an
+        "XCom not found" error in every crew task, so the task keeps what it knows and carries it
+        through a deferral in ``next_kwargs``; the link reads XCom only when neither is there.
+        """
+        followed = self.crew_execution
+        return (True, followed.url) if followed is not None and followed.url_known else (False, None)
+
+    def _resume_kwargs(self, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``kwargs`` for a deferral or a park, plus the execution's page URL when it is known."""
+        carried = dict(kwargs or {})
+        known, url = self.known_execution_url()
+        if known:
+            carried[EXECUTION_URL_KWARG] = url
+        return carried
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Take the carried page URL out of ``next_kwargs``, then resume as Airflow does."""
+        if next_kwargs and EXECUTION_URL_KWARG in next_kwargs:
+            next_kwargs = dict(next_kwargs)
+            url = next_kwargs.pop(EXECUTION_URL_KWARG)
+            self.crew_execution = FollowedExecution(url=url, url_known=True)
+        return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+
+    # -- the wait -----------------------------------------------------------------------------------
+
+    def _set_wait_timing(
+        self,
+        *,
+        poll_interval: timedelta | float,
+        max_poll_interval: timedelta | float,
+        timeout: timedelta | float,
+    ) -> None:
+        """Check and keep ``poll_interval``, ``max_poll_interval`` and ``timeout`` (in seconds)."""
+        self.poll_interval = seconds(poll_interval, "poll_interval")
+        self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
+        self.timeout = seconds(timeout, "timeout")
+
+    def _wait_started_at(self, context: Context) -> float:
+        """When this task began waiting, for the 404 grace when the kickoff time is unknown."""
+        return task_started_at(context)
+
+    def _not_found_deadline(
+        self, context: Context, kickoff_id: str, grace: float, kicked_off_at: float | None = None
+    ) -> float:
+        """Until when a 404 counts as a fresh kickoff not visible yet: the kickoff time plus ``grace``.
+
+        The kickoff time is ``kicked_off_at`` when given, else the kickoff task's XCom
+        ``kicked_off_at`` (found through ``kickoff_task_id``), else when this task began waiting.
+        """
+        if kicked_off_at is None:
+            kickoff_task_id = getattr(self, "kickoff_task_id", None)
+            if kickoff_task_id:
+                kicked_off_at = kicked_off_at_from_xcom(context, kickoff_task_id, kickoff_id)
+        if kicked_off_at is None:
+            kicked_off_at = self._wait_started_at(context)
+        # Not later than now: another machine's clock may run ahead of this one.
+        return min(kicked_off_at, time.time()) + grace
+
+    def _wait(
+        self,
+        context: Context,
+        kickoff_id: str,
+        *,
+        wait_for: WaitFor,
+        timeout: float,
+        not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
+        kicked_off_at: float | None = None,
+        hook: CrewHook | None = None,
+    ) -> WaitResult:
+        """Wait for the execution; when deferrable this defers and resumes in ``execute_complete``.
+
+        :param kickoff_id: The execution.
+        :param wait_for: What ends the wait besides failure.
+        :param timeout: Seconds from now.
+        :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued".
+        :param kicked_off_at: Epoch seconds of the kickoff, when this task made it.
+        :param hook: A hook to reuse.
+        """
+        deadline = time.time() + timeout
+        hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
+        poller = Poller(
+            kickoff_id,
+            wait_for=wait_for,
+            deadline=deadline,
+            not_found_deadline=self._not_found_deadline(context, kickoff_id, not_found_grace, kicked_off_at),
+            poll_interval=self.poll_interval,
+            max_poll_interval=self.max_poll_interval,
+            log=self.log,
+        )
+        if not self.deferrable:
+            return wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
+        # Read the status once here first. A wait that is already over needs no trigger. And a
+        # trigger that fires within a scheduler loop of deferring can trip Airflow's stale
+        # executor-event race (apache/airflow#67287) and fail the task; after this read the
+        # trigger's first poll waits one interval.
+        try:
+            step = poller.step(hook.get_status(kickoff_id, deadline=deadline))
+        except CrewError as error:
+            step = poller.step(error)
+        if isinstance(step, WaitResult):
+            return step
+        self.defer(  # type: ignore[attr-defined]
+            trigger=CrewStatusTrigger(
+                kickoff_id=kickoff_id,
+                crew_conn_id=self.crew_conn_id,
+                wait_for=wait_for.value,
+                deadline=deadline,
+                # Absolute, and already passed when this read saw the execution: a restarted
+                # trigger neither starts the grace again nor forgets that it ended.
+                not_found_deadline=poller.not_found_deadline,
+                execution_seen=poller.execution_seen,
+                poll_interval=self.poll_interval,
+                max_poll_interval=self.max_poll_interval,
+                not_before=time.time() + deferral_settle_seconds(),
+            ),
+            method_name="execute_complete",
+            kwargs=self._resume_kwargs(),
+            # A little past the trigger's own deadline: the trigger reports the time-out itself,
+            # with the last status it saw; this is the backstop if the triggerer is gone.
+            timeout=timedelta(seconds=timeout + 60),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    @staticmethod
+    def _result_from_event(event: Any) -> tuple[str, WaitResult]:
+        """Validate the trigger's event (an unknown or missing one fails clearly): kickoff id and result."""
+        parsed = CrewWaitEvent.parse(event)
+        return parsed.kickoff_id, parsed.to_result()
+
+    def _end_wait(self, kickoff_id: str, result: WaitResult) -> None:
+        """Keep how the wait ended; raise for the outcomes that fail the task (return for succeeded
+        and paused). Every way a wait ends (blocking, deferred, sensor poke) passes here."""
+        self._keep_result(kickoff_id, result)
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
+            return
+        if result.outcome is Outcome.FAILED:
+            status = result.last_status
+            word = status.raw_state if status and status.raw_state else "FAILED"
+            reason = (status.error if status else None) or result.message
+            raise CrewExecutionFailedError(f"Crew execution {kickoff_id} ended {word}: {reason}")
+        if result.outcome is Outcome.NOT_FOUND:
+            raise CrewExecutionNotFoundError(result.message)
+        if result.outcome is Outcome.TIMEOUT:
+            raise CrewExecutionTimeoutError(result.message)
+        raise CrewError(f"Waiting for crew execution {kickoff_id} failed: {result.message}")
+
+    def _keep_result(self, kickoff_id: str, result: WaitResult) -> None:
+        followed = self.crew_execution or FollowedExecution()
+        followed.kickoff_id, followed.result = kickoff_id, result
+        self.crew_execution = followed
+        if followed.url_known:
+            return
+        # Resumed without the URL carried in next_kwargs (``dag.test()`` drops them): the connection
+        # says what it is (a lookup in Airflow, not a request to the crew service), so the link
+        # need not look for it in XCom.
+        try:
+            followed.config = followed.config or CrewHook(crew_conn_id=self.crew_conn_id).config
+        except Exception:
+            self.log.warning("Could not read connection %r for the execution link.", self.crew_conn_id)
+            return
+        followed.url, followed.url_known = followed.config.execution_url(kickoff_id), True
+
+    def _push_result(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
+        """Log and push the outcome; return the XCom value for 'output' or 'human_input'."""
+        status = result.last_status
+        ti = context["ti"]
+        if status is not None:
+            ti.xcom_push(key=XCOM_STATUS, value=status.raw)
+        if result.outcome is Outcome.PAUSED and status is not None:
+            value = paused_task(status, kickoff_id)
+            self.log.info(
+                "Crew execution %s is waiting for human input on task %r. Its output:\n%s",
+                kickoff_id,
+                status.paused_task_id,
+                shorten(status.paused_task_output, rest="more characters in XCom"),
+            )
+            ti.xcom_push(key=XCOM_HUMAN_INPUT, value=value)
+            return value
+        output = status.output if status is not None else None
+        self.log.info(
+            "Crew execution %s succeeded. Output:\n%s",
+            kickoff_id,
+            shorten(output, rest="more characters in XCom"),
+        )
+        ti.xcom_push(key=XCOM_OUTPUT, value=output)
+        return output

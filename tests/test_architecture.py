@@ -1,0 +1,161 @@
+"""The package's shape: imports go one way, modules and functions stay readable, old paths keep working.
+
+The layer contract itself is in pyproject.toml (``[tool.importlinter]``) and CI runs ``lint-imports``;
+these tests hold the rest of docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "airflow_provider_crew"
+MAX_MODULE_LINES = 470  # "about 450"
+MAX_FUNCTION_BODY_LINES = 60
+
+
+def import_graph():
+    grimp = pytest.importorskip("grimp", reason="import-linter (the dev extra) brings grimp")
+    return grimp.build_graph("airflow_provider_crew")
+
+
+def test_no_module_imports_itself_back_through_others_function_local_imports_included():
+    graph = import_graph()
+    cycles = []
+    for module in sorted(graph.modules):
+        for imported in graph.find_modules_directly_imported_by(module):
+            back = graph.find_shortest_chain(importer=imported, imported=module)
+            if back:
+                cycles.append(" -> ".join((module, *back)))
+    assert cycles == []
+
+
+def test_compat_imports_nothing_of_the_package():
+    graph = import_graph()
+    assert graph.find_modules_directly_imported_by("airflow_provider_crew._compat") == set()
+
+
+def test_the_layer_contract_is_kept():
+    lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if lint_imports is None:
+        pytest.skip("import-linter (the dev extra) is not installed")
+    done = subprocess.run([lint_imports], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def _modules() -> list[Path]:
+    return sorted(path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def test_modules_stay_short_enough_to_read():
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_function_bodies_stay_short_enough_to_read():
+    """Counted from the first statement after the docstring to the end of the function."""
+    long = {}
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body
+                first = (
+                    body[1]
+                    if len(body) > 1
+                    and isinstance(body[0], ast.Expr)
+                    and isinstance(getattr(body[0], "value", None), ast.Constant)
+                    else body[0]
+                )
+                lines = (node.end_lineno or first.lineno) - first.lineno + 1
+                if lines > MAX_FUNCTION_BODY_LINES:
+                    long[f"{path.relative_to(REPO)}:{node.name}"] = lines
+    assert long == {}
+
+
+# -- import paths the README and the docs show -----------------------------------------------------
+
+MOVED = {
+    # old path -> where the name lives now
+    "airflow_provider_crew.operators.human_review.crew_human_review": "airflow_provider_crew.review.group",
+    "airflow_provider_crew.operators.human_review.CrewReviewResultOperator": "airflow_provider_crew.review.result",
+    "airflow_provider_crew.operators.human_review.CrewReviewRoundOperator": "airflow_provider_crew.review.round",
+    "airflow_provider_crew.operators.human_review.CrewReviewTimeoutError": "airflow_provider_crew.exceptions",
+    "airflow_provider_crew.operators.human_review.CrewReviewRoundsExhaustedError": "airflow_provider_crew.exceptions",
+    "airflow_provider_crew.operators.review_round.CrewReviewRoundOperator": "airflow_provider_crew.review.round",
+    "airflow_provider_crew.triggers.human_review.CrewReviewAnswerTrigger": "airflow_provider_crew.review.answer",
+    "airflow_provider_crew.operators.crew.CrewResumeOperator": "airflow_provider_crew.operators.resume",
+    "airflow_provider_crew.waiting.decide": "airflow_provider_crew.waiting.rules",
+    "airflow_provider_crew.waiting.CrewWaitEvent": "airflow_provider_crew.waiting.rules",
+    "airflow_provider_crew.review.review_body": "airflow_provider_crew.review.request",
+    "airflow_provider_crew.review.answer_from_event": "airflow_provider_crew.review.answer",
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_moved_name_is_still_importable_from_where_it_was(old):
+    module, _, name = old.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is getattr(
+        importlib.import_module(MOVED[old]), name
+    )
+
+
+def test_the_replaced_review_operator_still_says_what_replaced_it():
+    with pytest.raises(ImportError, match=r"crew_human_review\(\.\.\.\)"):
+        from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator  # noqa: F401
+
+
+_DOC_IMPORT = re.compile(r"^\s*(from (airflow_provider_crew[\w.]*) import ([\w, ()]+))", re.MULTILINE)
+_DOC_PATH = re.compile(r"\b(airflow_provider_crew(?:\.[A-Za-z_]\w*)+)")
+
+
+def _documented() -> list[Path]:
+    return [
+        REPO / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "docs").rglob("*.rst")),
+    ]
+
+
+def test_every_import_the_docs_show_works():
+    statements = {m[1] for doc in _documented() for m in _DOC_IMPORT.finditer(doc.read_text())}
+    assert statements, "the docs show no import: the pattern is wrong"
+    for statement in sorted(statements):
+        exec(statement, {})
+
+
+def test_every_dotted_path_the_docs_name_resolves():
+    """``airflow_provider_crew.x.y.Name`` in prose, tables and directives: a module or a name in one."""
+    unresolved = []
+    for doc in _documented():
+        for path in sorted(set(_DOC_PATH.findall(doc.read_text()))):
+            if not _resolves(path):
+                unresolved.append(f"{doc.relative_to(REPO)}: {path}")
+    assert unresolved == []
+
+
+def _resolves(path: str) -> bool:
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
