@@ -95,6 +95,7 @@ def run_child(tree: Path, args: argparse.Namespace, workdir: str) -> dict[str, o
     done = subprocess.run(
         [sys.executable, "-c", CHILD, "0", "1", str(args.polls), str(args.concurrency), workdir],
         env=env,
+        cwd=workdir,  # not a checkout: ``python -c`` puts the working directory first on sys.path
         capture_output=True,
         text=True,
         timeout=600,
