@@ -16,7 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .crews import CrewDefinitionError, CrewInput, CrewSpec, TaskSpec, builtin_crew_names, load_crew
+    from .crew_spec import CrewInput, CrewSpec, TaskSpec
+    from .crews import CrewDefinitionError, builtin_crew_names, load_crew
     from .faults import FaultRule, Faults, FaultsAPI
     from .handle import (
         DEFAULT_ORG_TOKEN,
@@ -25,14 +26,15 @@ if TYPE_CHECKING:
         RemoteCrewService,
         wait_until,
     )
-    from .server import CrewServiceProcess, LocalCrewService, build_app
+    from .process import CrewServiceProcess
+    from .server import LocalCrewService, build_app
     from .webhooks import ReceivedWebhook, WebhookReceiver
 
 _EXPORTS = {
     "CrewDefinitionError": "crews",
-    "CrewInput": "crews",
-    "CrewSpec": "crews",
-    "TaskSpec": "crews",
+    "CrewInput": "crew_spec",
+    "CrewSpec": "crew_spec",
+    "TaskSpec": "crew_spec",
     "builtin_crew_names": "crews",
     "load_crew": "crews",
     "FaultRule": "faults",
@@ -43,7 +45,7 @@ _EXPORTS = {
     "CrewServiceHandle": "handle",
     "RemoteCrewService": "handle",
     "wait_until": "handle",
-    "CrewServiceProcess": "server",
+    "CrewServiceProcess": "process",
     "LocalCrewService": "server",
     "build_app": "server",
     "ReceivedWebhook": "webhooks",

@@ -10,24 +10,26 @@ All state lives in memory, in the serving event loop's thread.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .crews import (
-    AgentContext,
-    CrewSpec,
-    DeterministicAgent,
-    FeedbackNote,
-    TaskOutcome,
-    TaskSpec,
-    render_template,
+from .agent import AgentContext, DeterministicAgent, FeedbackNote, TaskOutcome, render_template
+from .crew_spec import CrewSpec
+from .execution import (
+    FAILED,
+    PAUSED,
+    PENDING,
+    PENDING_HUMAN_INPUT,
+    RUNNING,
+    SUCCESS,
+    Execution,
+    FeedbackRound,
+    HumanInputTarget,
+    PausedTask,
 )
-from .faults import FaultRule, Faults
+from .faults import Faults
 from .webhooks import WebhookSender
 
 __all__ = [
@@ -43,8 +45,6 @@ __all__ = [
     "ResumeError",
 ]
 
-PENDING, RUNNING, PAUSED, SUCCESS, FAILED = "PENDING", "RUNNING", "PAUSED", "SUCCESS", "FAILED"
-PENDING_HUMAN_INPUT = "Pending Human Input"
 WEBHOOK_KINDS = ("task", "step", "crew")
 
 
@@ -56,176 +56,6 @@ class ResumeError(Exception):
         self.status_code = status_code
         self.error = error
         self.message = message
-
-
-@dataclass(frozen=True)
-class HumanInputTarget:
-    """Where and how to send human-input notifications (``humanInputWebhook`` at kickoff)."""
-
-    url: str
-    strategy: str | None = None  # "bearer", "basic" or None (no Authorization header)
-    token: str | None = None
-    username: str | None = None
-    password: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        if self.strategy == "bearer":
-            return {"Authorization": f"Bearer {self.token}"}
-        if self.strategy == "basic":
-            pair = f"{self.username}:{self.password}".encode()
-            return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
-        return {}
-
-
-@dataclass
-class FeedbackRound:
-    round: int
-    task_id: str
-    task_name: str
-    attempt: int
-    feedback: str
-    is_approve: bool
-    received_at: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class _Paused:
-    index: int
-    task_id: str
-    outcome: TaskOutcome
-    waiter: asyncio.Future[bool]
-
-
-@dataclass
-class Execution:
-    """One run of a crew. Mutated only in the serving loop."""
-
-    kickoff_id: str
-    crew: CrewSpec
-    inputs: dict[str, Any]
-    meta: Any
-    webhooks: dict[str, str | None]
-    human_input: HumanInputTarget | None
-    token_kind: str
-    task_ids: list[str]
-    created_at: float = field(default_factory=time.time)
-    state: str = PENDING
-    status: str = "Execution queued"
-    task_index: int = 0
-    completed: int = 0
-    attempts: list[int] = field(default_factory=list)
-    accepted: list[tuple[TaskSpec, str, TaskOutcome, int]] = field(default_factory=list)
-    last_step: dict[str, Any] | None = None
-    last_executed_task: dict[str, Any] | None = None
-    result: str = ""
-    result_json: Any = None
-    error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    requests: int = 0
-    feedback: list[FeedbackRound] = field(default_factory=list)
-    finished_at: float | None = None
-    polls: int = 0
-    hidden_polls: int = 0
-    hidden_rule: FaultRule | None = None
-    paused: _Paused | None = None
-    runner: asyncio.Task[None] | None = None
-    delivery_tail: asyncio.Task[None] | None = None
-    version: int = 0
-    _status_cache: tuple[int, bytes] | None = None
-
-    def touch(self) -> None:
-        self.version += 1
-
-    @property
-    def finished(self) -> bool:
-        return self.state in (SUCCESS, FAILED)
-
-    def current_task(self) -> TaskSpec | None:
-        if self.state in (PENDING, SUCCESS) or self.task_index >= len(self.crew.tasks):
-            return None
-        return self.crew.tasks[self.task_index]
-
-    def status_record(self) -> dict[str, Any]:
-        """The status body, in the shape observed on real deployments."""
-        current = self.current_task()
-        record: dict[str, Any] = {
-            "kickoff_id": self.kickoff_id,
-            "state": self.state,
-            "status": self.status,
-            "result": self.result,
-            "result_json": self.result_json,
-            "progress": {
-                "completed": self.completed,
-                "total": len(self.crew.tasks),
-                "current": current.name if current else None,
-                "current_agent": current.agent if current else None,
-            },
-            "last_step": self.last_step,
-            "last_executed_task": self.last_executed_task,
-            "usage_metrics": self.usage_metrics(),
-        }
-        if self.state == FAILED:
-            record["error"] = self.error
-        return record
-
-    def status_bytes(self) -> bytes:
-        # Polls vastly outnumber changes: serialise once per change.
-        cache = self._status_cache
-        if cache is not None and cache[0] == self.version:
-            return cache[1]
-        body = json.dumps(self.status_record(), ensure_ascii=False).encode()
-        self._status_cache = (self.version, body)
-        return body
-
-    def usage_metrics(self) -> dict[str, int]:
-        return {
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "successful_requests": self.requests,
-        }
-
-    def snapshot(self) -> dict[str, Any]:
-        """Everything a test may want to assert on, including the feedback history."""
-        data = self.status_record()
-        data.update(
-            {
-                "crew": self.crew.name,
-                "inputs": self.inputs,
-                "meta": self.meta,
-                "token_kind": self.token_kind,
-                "created_at": self.created_at,
-                "finished_at": self.finished_at,
-                "webhooks": dict(self.webhooks),
-                "human_input_webhook": (
-                    {"url": self.human_input.url, "strategy": self.human_input.strategy}
-                    if self.human_input
-                    else None
-                ),
-                "task_ids": {t.name: tid for t, tid in zip(self.crew.tasks, self.task_ids, strict=True)},
-                "attempts": {t.name: a for t, a in zip(self.crew.tasks, self.attempts, strict=True)},
-                "tasks": [
-                    {
-                        "task_id": tid,
-                        "name": t.name,
-                        "agent": t.agent,
-                        "attempt": attempt,
-                        "output": o.raw,
-                        "output_json": o.json,
-                    }
-                    for t, tid, o, attempt in self.accepted
-                ],
-                "feedback": [f.to_dict() for f in self.feedback],
-                "paused_task_id": self.paused.task_id if self.paused else None,
-                "polls": self.polls,
-                "hidden_polls_left": self.hidden_polls,
-            }
-        )
-        return data
 
 
 class Engine:
@@ -414,7 +244,7 @@ class Engine:
 
     def _pause(self, ex: Execution, index: int, outcome: TaskOutcome) -> asyncio.Future[bool]:
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        ex.paused = _Paused(index, ex.task_ids[index], outcome, waiter)
+        ex.paused = PausedTask(index, ex.task_ids[index], outcome, waiter)
         ex.state = PAUSED
         ex.status = PENDING_HUMAN_INPUT
         ex.touch()

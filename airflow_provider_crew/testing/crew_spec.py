@@ -1,0 +1,113 @@
+"""A crew's definition as data: its inputs and its tasks, in order (built by :mod:`.crews`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DEFAULT_PENDING_SECONDS",
+    "DEFAULT_STEPS",
+    "DEFAULT_STEP_SECONDS",
+    "CrewInput",
+    "CrewSpec",
+    "TaskSpec",
+]
+
+DEFAULT_STEPS = 2
+DEFAULT_STEP_SECONDS = 0.05
+DEFAULT_PENDING_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class CrewInput:
+    """One input the crew declares. Only required inputs are checked at kickoff."""
+
+    name: str
+    required: bool = True
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a crew, run in declaration order."""
+
+    name: str
+    agent: str
+    description: str = ""
+    expected_output: str = ""
+    steps: int = DEFAULT_STEPS
+    # None means "use the crew's default"; resolved by CrewSpec.
+    step_seconds: float | None = None
+    human_input: bool = False
+    fails: bool = False
+    error: str = "Task failed"
+    # Fail only when every listed input has the given value (lets one crew file drive both outcomes).
+    fail_when: Mapping[str, Any] | None = None
+    tools: tuple[str, ...] = ("search",)
+    # A JSON-like template; when set, the task output is structured (output_json / result_json).
+    output_template: Any = None
+
+    def should_fail(self, inputs: Mapping[str, Any]) -> bool:
+        if self.fails:
+            return True
+        if self.fail_when:
+            return all(inputs.get(k) == v for k, v in self.fail_when.items())
+        return False
+
+
+@dataclass(frozen=True)
+class CrewSpec:
+    """A whole crew: its inputs and its tasks in order."""
+
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    inputs: tuple[CrewInput, ...] = ()
+    description: str = ""
+    pending_seconds: float = DEFAULT_PENDING_SECONDS
+    step_seconds: float = DEFAULT_STEP_SECONDS
+    # Fault rules (dicts in the FaultRule.from_dict shape) armed whenever this crew is served.
+    faults: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    def missing_inputs(self, given: Mapping[str, Any]) -> list[str]:
+        return [i.name for i in self.inputs if i.required and given.get(i.name) is None]
+
+    def with_defaults(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        merged = {i.name: i.default for i in self.inputs if not i.required and i.default is not None}
+        merged.update(given)
+        return merged
+
+    def seconds_per_step(self, task: TaskSpec) -> float:
+        return self.step_seconds if task.step_seconds is None else task.step_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputs": [{"name": i.name, "required": i.required, "default": i.default} for i in self.inputs],
+            "pending_seconds": self.pending_seconds,
+            "step_seconds": self.step_seconds,
+            "faults": [dict(f) for f in self.faults],
+            "tasks": [
+                {
+                    "name": t.name,
+                    "agent": t.agent,
+                    "description": t.description,
+                    "expected_output": t.expected_output,
+                    "steps": t.steps,
+                    "step_seconds": self.seconds_per_step(t),
+                    "human_input": t.human_input,
+                    "fails": t.fails,
+                    "error": t.error,
+                    "fail_when": dict(t.fail_when) if t.fail_when else None,
+                    "tools": list(t.tools),
+                    "output_template": t.output_template,
+                }
+                for t in self.tasks
+            ],
+        }
