@@ -16,7 +16,16 @@ def get_provider_info() -> dict[str, Any]:
     It must stay importable without importing Airflow: the connection form fields come from
     :mod:`airflow_provider_crew.connection`, which has no Airflow import.
     """
-    from airflow_provider_crew.connection import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+    from airflow_provider_crew.connection import (
+        CONN_FIELDS,
+        CONN_TYPE,
+        RECEIVER_UI_FIELD_BEHAVIOUR,
+        UI_FIELD_BEHAVIOUR,
+    )
+
+    def form(behaviour: dict[str, Any]) -> dict[str, Any]:
+        keys = ("hidden_fields", "relabeling", "placeholders")
+        return {key.replace("_", "-"): behaviour[key] for key in keys}
 
     def modules(*names: str) -> list[dict[str, Any]]:
         return [
@@ -36,7 +45,7 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["service"],
             }
         ],
-        "hooks": modules("hooks.crew"),
+        "hooks": modules("hooks.crew", "hooks.webhook_receiver"),
         "operators": modules(
             "operators.crew", "operators.resume", "review.group", "review.round", "review.result"
         ),
@@ -49,11 +58,13 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-class-name": "airflow_provider_crew.hooks.crew.CrewHook",
                 "hook-name": "Crew",
                 "conn-fields": CONN_FIELDS,
-                "ui-field-behaviour": {
-                    "hidden-fields": UI_FIELD_BEHAVIOUR["hidden_fields"],
-                    "relabeling": UI_FIELD_BEHAVIOUR["relabeling"],
-                    "placeholders": UI_FIELD_BEHAVIOUR["placeholders"],
-                },
-            }
+                "ui-field-behaviour": form(UI_FIELD_BEHAVIOUR),
+            },
+            {
+                "connection-type": "crew_webhook_receiver",
+                "hook-class-name": "airflow_provider_crew.hooks.webhook_receiver.CrewWebhookReceiverHook",
+                "hook-name": "Crew webhook receiver",
+                "ui-field-behaviour": form(RECEIVER_UI_FIELD_BEHAVIOUR),
+            },
         ],
     }

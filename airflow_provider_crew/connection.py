@@ -108,6 +108,19 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "'auto': learn which one the service answers.",
         "schema": {"type": ["string", "null"], "enum": [s.value for s in StatusPathStyle], "default": "auto"},
     },
+    "wake_by_webhook": {
+        "label": "Wake waits by webhook",
+        "description": "The crew's completion and pause webhooks wake deferred waits through Airflow's "
+        "api-server (the provider's plugin and the crew_webhook_receiver connection); polling then only "
+        "backs them up. Needs the crew service to reach the api-server (docs/webhook-wake.md).",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
+    "safety_poll_interval": {
+        "label": "Safety poll interval (s)",
+        "description": "With webhook wake: seconds between the status polls that still find failures and "
+        "revocations, which the crew announces by no webhook.",
+        "schema": {"type": ["number", "null"], "minimum": 1, "default": 300},
+    },
     "execution_url_template": {
         "label": "Execution page URL",
         "description": "Optional. The address of one execution's page in the crew's dashboard, with "
@@ -120,6 +133,16 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
 # Extras read under an older name too, for connections saved before the rename. "token_kind"
 # became "credential_kind" because Airflow masks every extra whose key contains "token".
 LEGACY_EXTRA_NAMES: dict[str, tuple[str, ...]] = {"credential_kind": ("token_kind",)}
+
+# The webhook receiver's form (hooks/webhook_receiver.py): the api-server's address and the key.
+RECEIVER_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden_fields": ["schema", "login", "extra"],
+    "relabeling": {"host": "Airflow address as crews reach it", "password": "Key"},
+    "placeholders": {
+        "host": "https://airflow.example.com (the api-server, through the ingress crews reach)",
+        "password": "a random key of 24+ characters; while rotating: new key, space, old key",
+    },
+}
 
 # Port stays visible: on Airflow 3.3.1 and 3.3.2 the connections list's Test action sends port 0
 # for a connection without a port and the api-server refuses it as "a different host or port"
@@ -171,15 +194,10 @@ def _number(extra: Mapping[str, Any], name: str, *, integer: bool = False) -> fl
             f"Connection extra '{name}' must not be negative, got {raw!r}. Set it to 0 or more "
             f"(default {default})."
         )
-    return value
-
-
-def _positive_integer(extra: Mapping[str, Any], name: str) -> int:
-    value = int(_number(extra, name, integer=True))
-    if value < 1:
+    if value < (minimum := CONN_FIELDS[name]["schema"]["minimum"]):
         raise CrewConnectionError(
-            f"Connection extra '{name}' must be at least 1, got {value}. Leave it out for the default "
-            f"({CONN_FIELDS[name]['schema']['default']})."
+            f"Connection extra '{name}' must be at least {minimum}, got {value}. Leave it out for the "
+            f"default ({default})."
         )
     return value
 
@@ -274,7 +292,9 @@ def is_loopback_host(hostname: str) -> bool:
         return False
 
 
-def normalise_base_url(host: str | None, *, port: int | None = None, path: str | None = None) -> str:
+def normalise_base_url(
+    host: str | None, *, port: int | None = None, path: str | None = None, label: str = HOST_LABEL
+) -> str:
     """Return the crew's base URL from the connection fields, or raise naming the field and the fix.
 
     The rule for the scheme: https://, or http:// for a loopback host only (:data:`HTTP_RULE`).
@@ -287,44 +307,45 @@ def normalise_base_url(host: str | None, *, port: int | None = None, path: str |
     :param host: The connection's host ('Crew base URL').
     :param port: The connection's port, if any.
     :param path: The connection's schema, a path appended to the URL (URI form only).
+    :param label: The host field's name in the form, for the errors.
     """
     host = (host or "").strip()
     if not host:
         raise CrewConnectionError(
-            f"'{HOST_LABEL}' is empty. Set it (the connection's host) to the crew's address, e.g. "
+            f"'{label}' is empty. Set it (the connection's host) to the address, e.g. "
             "https://my-crew-1234.example.com."
         )
     if "://" not in host:
         raise CrewConnectionError(
-            f"'{HOST_LABEL}' {host!r} has no scheme. Write the full address, e.g. https://{host}."
+            f"'{label}' {host!r} has no scheme. Write the full address, e.g. https://{host}."
         )
     parts = urlsplit(host)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise CrewConnectionError(
-            f"'{HOST_LABEL}' {host!r} is not an https:// URL. Write it as https://<crew address>[/path]."
+            f"'{label}' {host!r} is not an https:// URL. Write it as https://<crew address>[/path]."
         )
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise CrewConnectionError(
-            f"'{HOST_LABEL}' {host!r} uses http://. Write https://{host.split('://', 1)[1]}: {HTTP_RULE}."
+            f"'{label}' {host!r} uses http://. Write https://{host.split('://', 1)[1]}: {HTTP_RULE}."
         )
     try:
         url_port = parts.port
     except ValueError:
         raise CrewConnectionError(
-            f"'{HOST_LABEL}' {host!r} has a port that is not a number from 1 to 65535."
+            f"'{label}' {host!r} has a port that is not a number from 1 to 65535."
         ) from None
     if port:
         if not 0 < port < 65536:
             raise CrewConnectionError(
                 f"'{PORT_LABEL}' must be a number from 1 to 65535, got {port}. Leave it empty to use "
-                f"the port in '{HOST_LABEL}' or the scheme's default."
+                f"the port in '{label}' or the scheme's default."
             )
         if url_port is None:
             if port != DEFAULT_PORTS[parts.scheme]:
                 parts = parts._replace(netloc=f"{parts.netloc}:{port}")
         elif url_port != port:
             raise CrewConnectionError(
-                f"'{HOST_LABEL}' {host!r} says port {url_port} but '{PORT_LABEL}' says {port}. Make them "
+                f"'{label}' {host!r} says port {url_port} but '{PORT_LABEL}' says {port}. Make them "
                 f"agree or leave '{PORT_LABEL}' empty."
             )
     if path and path.strip("/"):
@@ -348,6 +369,8 @@ class CrewConnectionConfig:
     max_response_bytes: int = 32 * 1024 * 1024
     status_path_style: StatusPathStyle = StatusPathStyle.AUTO
     execution_url_template: str | None = None
+    wake_by_webhook: bool = False
+    safety_poll_interval: float = 300.0
 
     @classmethod
     def from_connection_fields(
@@ -389,9 +412,11 @@ class CrewConnectionConfig:
                 retry_limit=int(_number(extra, "retry_limit", integer=True)),
                 retry_delay=float(_number(extra, "retry_delay")),
                 retry_budget=float(_number(extra, "retry_budget")),
-                max_response_bytes=_positive_integer(extra, "max_response_bytes"),
+                max_response_bytes=int(_number(extra, "max_response_bytes", integer=True)),
                 status_path_style=_choice(extra, "status_path_style", StatusPathStyle),
                 execution_url_template=_execution_url_template(extra),
+                wake_by_webhook=_boolean(extra, "wake_by_webhook"),
+                safety_poll_interval=float(_number(extra, "safety_poll_interval")),
             )
         except CrewConnectionError as error:
             if conn_id is None:
@@ -403,11 +428,6 @@ class CrewConnectionConfig:
         if not self.execution_url_template:
             return None
         return build_execution_url(self.execution_url_template, kickoff_id)
-
-    @property
-    def timeout(self) -> tuple[float, float]:
-        """(connect, read) time-outs as ``requests`` takes them."""
-        return (self.connect_timeout, self.read_timeout)
 
 
 def connection_form_widgets() -> dict[str, Any]:

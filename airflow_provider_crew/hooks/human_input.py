@@ -12,6 +12,7 @@ from typing import Any
 from airflow_provider_crew._compat import BaseHook
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import extra_as_dict
+from airflow_provider_crew.hooks.webhook_receiver import DEFAULT_RECEIVER_CONN_ID, CrewWebhookReceiverHook
 from airflow_provider_crew.models import HumanInputWebhook
 
 
@@ -33,16 +34,29 @@ def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
     )
 
 
-def human_input_webhook(url: str | None, conn_id: str) -> HumanInputWebhook:
+def human_input_webhook(
+    url: str | None, conn_id: str, *, run: tuple[str, str] | None = None
+) -> HumanInputWebhook:
     """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
 
     Password alone: bearer token. Login and password: basic. ``{"strategy": ...}`` in the
     connection's extra overrides the guess. Errors name the connection and the fields, never the
-    credential.
+    credential. The webhook receiver's connection (``crew_webhook_receiver``) gives the run's own
+    address on Airflow's api-server, with the run's token, so that a pause wakes the waits on it.
 
     :param url: Where the service announces a pause; None or empty: the connection's host.
     :param conn_id: The connection holding the credential the service must send there.
+    :param run: ``(dag_id, run_id)`` of the run asking, for the webhook receiver's address.
     """
+    if conn_id == DEFAULT_RECEIVER_CONN_ID:
+        if url:
+            raise CrewConfigurationError(
+                f"human_input_webhook_url is set with human_input_webhook_conn_id={conn_id!r}: the webhook "
+                "receiver builds each run's address itself. Leave human_input_webhook_url out."
+            )
+        if run is None:
+            raise CrewConfigurationError(f"{conn_id!r} gives a DAG run's address: it needs the run.")
+        return CrewWebhookReceiverHook(conn_id).human_input_address(*run)
     connection = BaseHook.get_connection(conn_id)
     url = url or connection.host
     if not url:

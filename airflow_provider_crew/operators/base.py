@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
 from airflow_provider_crew.models import check_webhook_url
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
@@ -68,16 +69,27 @@ def check_webhook_parameter(value: Any, parameter: str) -> None:
         raise CrewConfigurationError(str(error)) from None
 
 
-def resume_webhook_addresses(context: Context, execution_id: str, task: Any) -> dict[str, str | None]:
+def resume_webhook_addresses(
+    context: Context, execution_id: str, task: Any, wake: WakeAddresses | None = None
+) -> dict[str, str | None]:
     """The webhook addresses to send with ``POST /resume``: those the task was given, else the kickoff's.
 
     The service forgets webhook addresses at resume (docs/contract.md); the kickoff task kept its
-    own in XCom (without credentials) so every resume can re-supply them.
+    own in XCom (without credentials) so every resume can re-supply them. With webhook wake, the
+    completion webhook is this run's address on Airflow's api-server, built again here.
 
     :param execution_id: The execution being resumed.
     :param task: The resuming task: its ``*_webhook_url`` parameters, ``carry_over_webhooks``,
         ``kickoff_task_id`` (whose XCom ``webhooks`` holds the kickoff's addresses) and logger.
+    :param wake: The run's webhook-wake addresses, when the wake is on.
     """
+    addresses = _given_or_kept(context, execution_id, task)
+    if wake is not None:
+        addresses["crew_webhook_url"] = wake.crew_webhook_url
+    return addresses
+
+
+def _given_or_kept(context: Context, execution_id: str, task: Any) -> dict[str, str | None]:
     given: dict[str, str | None] = {name: getattr(task, name) or None for name in WEBHOOK_PARAMETERS}
     kickoff_task_id, carry_over, log = task.kickoff_task_id, task.carry_over_webhooks, task.log
     if not carry_over or all(given.values()):

@@ -20,8 +20,9 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.human_input import human_input_webhook
+from airflow_provider_crew.hooks.webhook_receiver import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.links.crew import CrewExecutionLink
-from airflow_provider_crew.models import CrewState
+from airflow_provider_crew.models import CrewState, HumanInputWebhook
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
@@ -227,6 +228,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 f"inputs rendered to {type(self.inputs).__name__}; it must be a mapping."
             )
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._refuse_own_crew_webhook(hook)
         self._kicked_off_at: float | None = None  # set by _kickoff; a reattached execution has none
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]
@@ -247,7 +249,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         """Resume after the trigger fired: validate its event and finish as the blocking path does."""
-        kickoff_id, result = self._result_from_event(event)
+        kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
 
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
@@ -274,11 +276,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         assert isinstance(self.inputs, Mapping)
         if self.validate_inputs:
             self._check_inputs_against_crew(hook, self.inputs)
-        pause_webhook = (
-            human_input_webhook(self.human_input_webhook_url, self.human_input_webhook_conn_id)
-            if self.human_input_webhook_conn_id
-            else None
-        )
+        pause_webhook = self._pause_webhook(context)
+        wake = self._webhook_wake(context, hook)
         if store is not None:
             self._claim_kickoff(context, store)
         # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
@@ -288,12 +287,22 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             meta=self.meta,
             task_webhook_url=self.task_webhook_url or None,
             step_webhook_url=self.step_webhook_url or None,
-            crew_webhook_url=self.crew_webhook_url or None,
+            crew_webhook_url=wake.crew_webhook_url if wake is not None else (self.crew_webhook_url or None),
             human_input_webhook=pause_webhook,
         )
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
         return kickoff_id
+
+    def _pause_webhook(self, context: Context) -> HumanInputWebhook | None:
+        """The human-input webhook: the connection's, or this run's address on Airflow's api-server
+        when the connection is the webhook receiver (its pauses then wake the waits)."""
+        conn_id = self.human_input_webhook_conn_id
+        if not conn_id:
+            return None
+        ti = context["ti"]
+        run = (ti.dag_id, ti.run_id) if conn_id == DEFAULT_RECEIVER_CONN_ID else None
+        return human_input_webhook(self.human_input_webhook_url, conn_id, run=run)
 
     def _publish_kickoff(self, context: Context, kickoff_id: str) -> None:
         """Tell downstream tasks about the execution (again, after a retry reattached to it)."""

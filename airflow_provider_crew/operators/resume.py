@@ -165,8 +165,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         for parameter in WEBHOOK_PARAMETERS:
             check_webhook_parameter(getattr(self, parameter), parameter)
         execution_id = checked_kickoff_id(self.kickoff_id)
-        webhooks = resume_webhook_addresses(context, execution_id, self)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._refuse_own_crew_webhook(hook)
+        webhooks = resume_webhook_addresses(context, execution_id, self, self._webhook_wake(context, hook))
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
         try:
             result = hook.resume(
@@ -190,7 +191,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         return self._finish(context, execution_id, wait_result, summary)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        execution_id, result = self._result_from_event(event)
+        execution_id, result = self._result_from_event(context, event)
         summary = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_RESUME) or {}
         return self._finish(context, execution_id, result, summary)
 

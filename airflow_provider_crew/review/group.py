@@ -19,7 +19,7 @@ from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.base import upstream_task_id
 from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id
 from airflow_provider_crew.review.result import CrewReviewResultOperator
-from airflow_provider_crew.review.round import CrewReviewRoundOperator
+from airflow_provider_crew.review.round import DEFAULT_WATCH_BEFORE_DEFER, CrewReviewRoundOperator
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
 from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT
 
@@ -46,6 +46,7 @@ def crew_human_review(
     crew_webhook_url: str | None = None,
     carry_over_webhooks: bool = True,
     kickoff_task_id: str | None = None,
+    watch_before_defer: timedelta | float = DEFAULT_WATCH_BEFORE_DEFER,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
     timeout: timedelta | float = DEFAULT_TIMEOUT,
@@ -75,6 +76,9 @@ def crew_human_review(
     :param crew_webhook_url: Crew-completion webhook to send with every resume.
     :param carry_over_webhooks: Re-send the kickoff's webhook addresses at every resume.
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over.
+    :param watch_before_defer: Seconds each round reads the crew's status from the worker before it
+        defers: a pause within them is asked about at once (a redone task is often ready within
+        seconds); a later one waits out Airflow's deferral race first (about 30 s).
     :param poll_interval: First seconds between status polls.
     :param max_poll_interval: Longest seconds between status polls.
     :param timeout: Longest wait for each pause and for the end.
@@ -119,6 +123,7 @@ def crew_human_review(
                 crew_webhook_url=crew_webhook_url,
                 carry_over_webhooks=carry_over_webhooks,
                 kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
+                watch_before_defer=watch_before_defer,
                 **common,
             )
             for number in range(1, max_rounds + 1)

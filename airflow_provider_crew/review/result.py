@@ -41,7 +41,7 @@ class CrewReviewResultOperator(ReviewTaskBase):
         return self._finish(context, kickoff_id, result)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        kickoff_id, result = self._result_from_event(event)
+        kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
 
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:

@@ -38,7 +38,7 @@ from airflow_provider_crew.operators.base import (
 from airflow_provider_crew.review import answer, request
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.task import XCOM_STATUS, shorten
+from airflow_provider_crew.waiting.task import XCOM_STATUS, seconds, shorten
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
 STALE_PAUSE_GRACE = 30.0
+# A crew redoing a task after "Request changes" usually pauses again within seconds: a round that
+# catches the pause before deferring asks at once, with no deferral race to wait out.
+DEFAULT_WATCH_BEFORE_DEFER = 30.0
 
 
 class CrewReviewRoundOperator(ReviewTaskBase):
@@ -72,6 +75,9 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         forgets them otherwise; docs/contract.md, "Resume").
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
         ``kickoff_id=kickoff.output`` when not given.
+    :param watch_before_defer: Seconds the round reads the crew's status from the worker (about once
+        a second) before it defers. A pause within them is asked about at once; a later one waits
+        out Airflow's deferral race (``[core] task_success_overtime`` and a margin) before it is asked.
 
     :xcom return_value: This round's record (round, crew_task_id, crew_task, output, answer,
         is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status or
@@ -106,6 +112,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         crew_webhook_url: str | None = None,
         carry_over_webhooks: bool = True,
         kickoff_task_id: str | None = None,
+        watch_before_defer: timedelta | float = DEFAULT_WATCH_BEFORE_DEFER,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -137,6 +144,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             check_webhook_parameter(getattr(self, parameter), parameter)
         self.carry_over_webhooks = carry_over_webhooks
         self.kickoff_task_id = kickoff_task_id or self.kickoff_task_id
+        self.watch_before_defer = seconds(watch_before_defer, "watch_before_defer")
         self.body: str | None = None  # this round's request text, for notifiers' templates
 
     @property
@@ -151,12 +159,18 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         if kept is not None:
             return kept
         # _wait defers; it returns only when the wait was over at the first read.
-        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
+        result = self._wait(
+            context,
+            kickoff_id,
+            wait_for=WaitFor.HUMAN_INPUT,
+            timeout=self.timeout,
+            watch=self.watch_before_defer,
+        )
         return self._on_crew_result(context, kickoff_id, result)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
-        kickoff_id, result = self._result_from_event(event)
+        kickoff_id, result = self._result_from_event(context, event)
         return self._on_crew_result(context, kickoff_id, result)
 
     def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> dict[str, Any]:
@@ -302,7 +316,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
         if moved_on:
             return self._not_sent(record, moved_on)
-        webhooks = resume_webhook_addresses(context, kickoff_id, self)
+        self._refuse_own_crew_webhook(hook)
+        webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
         records = answer.RoundRecords(context, self.round_number, self.log)
         records.claim_resume(kickoff_id, record)
         try:

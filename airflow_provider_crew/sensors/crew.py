@@ -146,7 +146,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         return self._poke_poller[1]
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        kickoff_id, result = self._result_from_event(event)
+        kickoff_id, result = self._result_from_event(context, event)
         if result.outcome is Outcome.TIMEOUT:
             raise AirflowSensorTimeout(result.message)  # soft_fail turns this into a skip
         return self._done(context, kickoff_id, result).xcom_value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import random
 import time
 import weakref
@@ -133,6 +135,8 @@ class CrewStatusTrigger(BaseTrigger):
         task that deferred sets it to when Airflow has surely handled its exit (see
         :func:`airflow_provider_crew.waiting.task.deferral_settle_seconds`): an event that resumes the task
         before that can get it failed by Airflow's stale executor-event race.
+    :param safety_poll_interval: Seconds between polls after the first one, when the crew's webhooks
+        wake the wait (docs/webhook-wake.md); 0 polls on ``poll_interval``'s growing schedule.
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class CrewStatusTrigger(BaseTrigger):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         not_before: float = 0.0,
         execution_seen: bool = False,
+        safety_poll_interval: float = 0.0,
     ) -> None:
         super().__init__()
         self.kickoff_id = kickoff_id
@@ -158,6 +163,7 @@ class CrewStatusTrigger(BaseTrigger):
         self.max_poll_interval = float(max(max_poll_interval, poll_interval))
         self.not_before = float(not_before)
         self.execution_seen = bool(execution_seen)
+        self.safety_poll_interval = max(0.0, float(safety_poll_interval))
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -172,7 +178,36 @@ class CrewStatusTrigger(BaseTrigger):
                 "max_poll_interval": self.max_poll_interval,
                 "not_before": self.not_before,
                 "execution_seen": self.execution_seen,
+                "safety_poll_interval": self.safety_poll_interval,
             },
+        )
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> CrewStatusTrigger:
+        """The trigger as stored in Airflow's database (its kwargs), e.g. to go on with a woken wait.
+        Arguments of another provider release that this one does not know are left out."""
+        known = inspect.signature(cls.__init__).parameters
+        return cls(**{name: value for name, value in kwargs.items() if name in known})
+
+    def poller(self, log: logging.Logger | Any) -> Poller:
+        """This wait's rules and state (:class:`~airflow_provider_crew.waiting.rules.Poller`).
+
+        Woken by webhook, the wait polls once soon (the execution may have ended before the task
+        deferred, when its webhook found nothing to wake), then only as a slow safety net.
+        """
+        if self.safety_poll_interval:
+            interval = maximum = self.safety_poll_interval
+        else:
+            interval, maximum = self.poll_interval, self.max_poll_interval
+        return Poller(
+            self.kickoff_id,
+            wait_for=WaitFor(self.wait_for),
+            deadline=self.deadline,
+            not_found_deadline=self.not_found_deadline,
+            poll_interval=interval,
+            max_poll_interval=maximum,
+            log=log,
+            execution_seen=self.execution_seen,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -180,16 +215,7 @@ class CrewStatusTrigger(BaseTrigger):
         # a hook and a Poller. The hook looks the connection up once per loop for all waits on it,
         # and the logger is the class's, not one per trigger.
         hook = CrewHook(self.crew_conn_id)
-        poller = Poller(
-            self.kickoff_id,
-            wait_for=WaitFor(self.wait_for),
-            deadline=self.deadline,
-            not_found_deadline=self.not_found_deadline,
-            poll_interval=self.poll_interval,
-            max_poll_interval=self.max_poll_interval,
-            log=type(self).logger(),
-            execution_seen=self.execution_seen,
-        )
+        poller = self.poller(type(self).logger())
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
         await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
@@ -200,7 +226,7 @@ class CrewStatusTrigger(BaseTrigger):
                 step = poller.step(error)
             if isinstance(step, WaitResult):
                 await hold_until(self.not_before)
-                yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).model_dump(mode="json"))
+                yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).payload())
                 return
             await asyncio.sleep(step)
 

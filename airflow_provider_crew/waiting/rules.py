@@ -67,6 +67,9 @@ class Outcome(str, enum.Enum):
     NOT_FOUND = "not_found"
     TIMEOUT = "timeout"
     ERROR = "error"
+    # Not an end: the crew's webhook woke the wait (through Airflow's api-server). The task reads the
+    # status itself and ends the wait, or waits on with the same deadlines (``CrewWaitEvent.wait``).
+    WOKEN = "woken"
 
 
 class CrewWaitEvent(BaseModel):
@@ -78,6 +81,8 @@ class CrewWaitEvent(BaseModel):
     kickoff_id: str
     message: str
     record: dict[str, Any] | None = None  # the last status record read, as the service sent it
+    # A woken wait's trigger arguments: the wait goes on from them, its deadlines unchanged.
+    wait: dict[str, Any] | None = None
 
     @classmethod
     def parse(cls, event: Any) -> CrewWaitEvent:
@@ -98,6 +103,10 @@ class CrewWaitEvent(BaseModel):
             message=result.message,
             record=result.last_status.raw if result.last_status is not None else None,
         )
+
+    def payload(self) -> dict[str, Any]:
+        """The event as JSON values, as a trigger fires it (``wait`` only in a wake)."""
+        return self.model_dump(mode="json", exclude={"wait"} if self.wait is None else None)
 
     def to_result(self) -> WaitResult:
         last_status = CrewStatus.from_response(self.record) if self.record is not None else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_crew._compat import conf, running_in_process_test
 from airflow_provider_crew.exceptions import (
@@ -28,6 +28,7 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionTimeoutError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook, WakeAddresses
 from airflow_provider_crew.links.crew import push_execution_url
 from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
@@ -239,6 +240,7 @@ class CrewWaitMixin:
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
         kicked_off_at: float | None = None,
         hook: CrewHook | None = None,
+        watch: float = 0.0,
     ) -> WaitResult:
         """Wait for the execution; when deferrable this defers and resumes in ``execute_complete``.
 
@@ -248,6 +250,9 @@ class CrewWaitMixin:
         :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued".
         :param kicked_off_at: Epoch seconds of the kickoff, when this task made it.
         :param hook: A hook to reuse.
+        :param watch: Deferrable only: seconds to keep reading the status from the worker (about
+            once a second) before deferring. A wait that ends within them ends at once; one resumed
+            from a deferral waits out Airflow's race bound first (:func:`deferral_settle_seconds`).
         """
         deadline = time.time() + timeout
         hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
@@ -262,43 +267,99 @@ class CrewWaitMixin:
         )
         if not self.deferrable:
             return wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
-        # Read the status once here first. A wait that is already over needs no trigger. And a
-        # trigger that fires within a scheduler loop of deferring can trip Airflow's stale
-        # executor-event race (apache/airflow#67287) and fail the task; after this read the
-        # trigger's first poll waits one interval.
-        try:
-            step = poller.step(hook.get_status(kickoff_id, deadline=deadline))
-        except CrewError as error:
-            step = poller.step(error)
-        if isinstance(step, WaitResult):
-            return step
+        # Read the status here first: a wait that is already over needs no trigger, and a trigger
+        # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event race
+        # (apache/airflow#67287) and fail the task.
+        watch_until = time.time() + watch
+        while True:
+            step = _read_once(poller, hook)
+            if isinstance(step, WaitResult):
+                return step
+            if time.time() >= watch_until:
+                break
+            time.sleep(max(0.0, min(1.0, self.poll_interval, watch_until - time.time())))
+        self._defer_wait(context, hook, poller)
+
+    def _defer_wait(self, context: Context, hook: CrewHook, poller: Poller) -> NoReturn:
+        """Defer to :class:`CrewStatusTrigger` with ``poller``'s absolute deadlines and its sighting of
+        the execution: a restarted trigger neither starts the 404 grace again nor forgets that it ended."""
+        wake = self._webhook_wake(context, hook)
         self.defer(  # type: ignore[attr-defined]
             trigger=CrewStatusTrigger(
-                kickoff_id=kickoff_id,
+                kickoff_id=poller.kickoff_id,
                 crew_conn_id=self.crew_conn_id,
-                wait_for=wait_for.value,
-                deadline=deadline,
-                # Absolute, and already passed when this read saw the execution: a restarted
-                # trigger neither starts the grace again nor forgets that it ended.
+                wait_for=poller.wait_for.value,
+                deadline=poller.deadline,
                 not_found_deadline=poller.not_found_deadline,
                 execution_seen=poller.execution_seen,
                 poll_interval=self.poll_interval,
                 max_poll_interval=self.max_poll_interval,
                 not_before=time.time() + deferral_settle_seconds(),
+                safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
             # A little past the trigger's own deadline: the trigger reports the time-out itself,
             # with the last status it saw; this is the backstop if the triggerer is gone.
-            timeout=timedelta(seconds=timeout + 60),
+            timeout=timedelta(seconds=max(0.0, poller.deadline - time.time()) + 60),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
-    @staticmethod
-    def _result_from_event(event: Any) -> tuple[str, WaitResult]:
-        """Validate the trigger's event (an unknown or missing one fails clearly): kickoff id and result."""
+    def _result_from_event(self, context: Context, event: Any) -> tuple[str, WaitResult]:
+        """Validate the trigger's event (an unknown or missing one fails clearly): kickoff id and result.
+
+        A wake by the crew's webhook is not a result: the status is read here, and the wait ends, or
+        defers again with its deadlines unchanged.
+        """
         parsed = CrewWaitEvent.parse(event)
-        return parsed.kickoff_id, parsed.to_result()
+        if parsed.outcome is not Outcome.WOKEN:
+            return parsed.kickoff_id, parsed.to_result()
+        wait = CrewStatusTrigger.from_kwargs(parsed.wait or {})
+        self.log.info("%s Reading the status of crew execution %s.", parsed.message, wait.kickoff_id)
+        hook = CrewHook(crew_conn_id=wait.crew_conn_id)
+        poller = wait.poller(log=self.log)
+        step = _read_once(poller, hook)
+        if isinstance(step, WaitResult):
+            return wait.kickoff_id, step
+        self.log.info("Crew execution %s is not over: waiting on, deferred.", wait.kickoff_id)
+        self._defer_wait(context, hook, poller)
+
+    # -- the crew's webhooks wake the wait (docs/webhook-wake.md) -----------------------------------
+
+    def _webhook_wake(self, context: Context, hook: CrewHook) -> WakeAddresses | None:
+        """This run's webhook addresses when the crew connection opts in and the api-server's plugin
+        answers with the same key; else None, the task log saying once why (waits then poll)."""
+        if "_crew_wake" in self.__dict__:
+            return self.__dict__["_crew_wake"]  # type: ignore[no-any-return]
+        wake: WakeAddresses | None = None
+        if hook.config.wake_by_webhook:
+            receiver = CrewWebhookReceiverHook()
+            try:
+                usable, why = receiver.health()
+                if usable:
+                    ti = context["ti"]
+                    wake = receiver.addresses(ti.dag_id, ti.run_id, hook.config)
+            except CrewConfigurationError as error:
+                why = str(error)
+            if wake is None:
+                self.log.warning("Webhook wake is off for this task, which polls as usual: %s", why)
+            else:
+                self.log.info(
+                    "Webhook wake is on: the crew's webhooks wake this task's waits, which poll every "
+                    "%.0f s as a safety net.",
+                    wake.safety_poll_interval,
+                )
+        self.__dict__["_crew_wake"] = wake
+        return wake
+
+    def _refuse_own_crew_webhook(self, hook: CrewHook) -> None:
+        """Fail, naming both, when a ``crew_webhook_url`` meets a connection that wakes by webhook."""
+        if hook.config.wake_by_webhook and getattr(self, "crew_webhook_url", None):
+            raise CrewConfigurationError(
+                f"crew_webhook_url is set, and connection {self.crew_conn_id!r} wakes waits by webhook "
+                "(wake_by_webhook): both need the crew's one completion webhook. Drop crew_webhook_url, "
+                "or turn 'Wake waits by webhook' off on the connection."
+            )
 
     def _end_wait(self, kickoff_id: str, result: WaitResult) -> None:
         """Keep how the wait ended; raise for the outcomes that fail the task (return for succeeded
@@ -357,3 +418,11 @@ class CrewWaitMixin:
         )
         ti.xcom_push(key=XCOM_OUTPUT, value=output)
         return output
+
+
+def _read_once(poller: Poller, hook: CrewHook) -> WaitResult | float:
+    """One status read in the worker, stepped through the wait's rules."""
+    try:
+        return poller.step(hook.get_status(poller.kickoff_id, deadline=poller.deadline))
+    except CrewError as error:
+        return poller.step(error)

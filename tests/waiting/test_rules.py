@@ -194,7 +194,7 @@ def test_state_changes_are_logged_once_not_per_poll(caplog):
 
 def test_event_round_trip_and_validation():
     result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", last_status=status("SUCCESS", result="r"))
-    payload = CrewWaitEvent.from_result("k1", result).model_dump(mode="json")
+    payload = CrewWaitEvent.from_result("k1", result).payload()
     assert payload == {"outcome": "succeeded", "kickoff_id": "k1", "message": "ok",
                        "record": {"state": "SUCCESS", "result": "r"}}
     back = CrewWaitEvent.parse(payload).to_result()

@@ -1,0 +1,242 @@
+"""Where a crew announces that an execution finished or paused, so that Airflow wakes the wait at once.
+
+The crew's webhooks reach Airflow's api-server, where the provider's plugin
+(:mod:`airflow_provider_crew.plugins.webhooks`) wakes the deferred waits on that execution. The
+address is built here, per DAG run, from the ``crew_webhook_receiver`` connection: its host is the
+api-server's address *as the crew service reaches it* (a public ingress, or a proxy that exposes only
+``/crew-webhooks/``), its password the key the run's secret is derived with.
+
+The contract's crew webhook carries no credentials, so the address itself is the credential: the
+run's token rides in the URL's userinfo (``https://wake:<token>@host/...``), which HTTP clients send
+as a Basic ``Authorization`` header, never in the request line an access log or a proxy writes. The
+human-input webhook sends it as its bearer token. A leaked address lets its holder wake that run's
+waits early: each then reads the status with the crew's own token and waits on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_crew.connection import (
+    RECEIVER_UI_FIELD_BEHAVIOUR,
+    CrewConnectionConfig,
+    CrewConnectionError,
+    normalise_base_url,
+)
+from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.hooks.client.request import USER_AGENT
+from airflow_provider_crew.models import HumanInputWebhook
+
+log = logging.getLogger(__name__)
+
+RECEIVER_CONN_TYPE = "crew_webhook_receiver"
+DEFAULT_RECEIVER_CONN_ID = "crew_webhook_receiver"
+#: Where the plugin is mounted on the api-server; the only path an ingress needs to expose.
+PLUGIN_PREFIX = "/crew-webhooks"
+API_VERSION = "v1"
+#: The kinds of webhook that wake a wait: completion (crew) and a pause for human input (human).
+KINDS = ("crew", "human")
+MIN_KEY_LENGTH = 24
+# How long a worker process trusts one check of the plugin's health.
+HEALTH_TTL_SECONDS = 300.0
+
+_TOKEN_CONTEXT = b"airflow-provider-crew/wake/v1"
+
+
+def run_token(key: str, dag_id: str, run_id: str) -> str:
+    """The secret of one DAG run's webhook address: an HMAC of the run, under ``key``.
+
+    :param key: The receiver connection's key.
+    :param dag_id: The run's DAG.
+    :param run_id: The run.
+    """
+    message = b"\0".join((_TOKEN_CONTEXT, dag_id.encode(), run_id.encode()))
+    digest = hmac.new(key.encode(), message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def token_matches(keys: tuple[str, ...], dag_id: str, run_id: str, token: str) -> bool:
+    """Whether ``token`` is the run's secret under any of ``keys``, compared in constant time.
+
+    Every key is tried, so the time does not tell which one (or whether any) matched.
+    """
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(run_token(key, dag_id, run_id), token)
+    return matched
+
+
+def key_check(key: str, nonce: str) -> str:
+    """A proof of holding ``key`` for ``nonce``: the worker and the api-server compare theirs."""
+    return hmac.new(key.encode(), b"key-check\0" + nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def wake_path(kind: str, dag_id: str, run_id: str) -> str:
+    """The plugin's path for ``kind`` webhooks of one run, each part quoted."""
+    return f"{PLUGIN_PREFIX}/{API_VERSION}/{kind}/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """The receiver connection, validated: the api-server's address as crews reach it, and its keys."""
+
+    base_url: str
+    keys: tuple[str, ...] = field(repr=False)  # the first signs; all of them verify (rotation)
+
+    @classmethod
+    def from_connection(cls, connection: Any, conn_id: str) -> ReceiverConfig:
+        """Validate the receiver connection; errors name the connection and the field."""
+        try:
+            label = RECEIVER_UI_FIELD_BEHAVIOUR["relabeling"]["host"]
+            base_url = normalise_base_url(
+                connection.host, port=connection.port, path=connection.schema, label=label
+            )
+        except CrewConnectionError as error:
+            raise CrewConfigurationError(f"Connection {conn_id!r}: {error}") from None
+        keys = tuple(part for part in (connection.password or "").replace(",", " ").split() if part)
+        if not keys:
+            raise CrewConfigurationError(
+                f"Connection {conn_id!r} has no key: put a random key of at least {MIN_KEY_LENGTH} "
+                "characters in its password (python -c 'import secrets; print(secrets.token_urlsafe(32))')."
+            )
+        if any(len(key) < MIN_KEY_LENGTH for key in keys):
+            raise CrewConfigurationError(
+                f"Connection {conn_id!r}: every key in the password must have at least {MIN_KEY_LENGTH} "
+                "characters (keys are separated by spaces; the first one signs new addresses)."
+            )
+        return cls(base_url=base_url, keys=keys)
+
+
+@dataclass(frozen=True)
+class WakeAddresses:
+    """What a kickoff or resume sends so that the crew's webhooks wake this run's waits.
+
+    :param crew_webhook_url: The completion webhook, the run's token in its userinfo.
+    :param human_input_webhook: The human-input webhook: the address and the token as bearer.
+    :param safety_poll_interval: Seconds between the status polls a woken wait still makes.
+    """
+
+    crew_webhook_url: str = field(repr=False)
+    human_input_webhook: HumanInputWebhook = field(repr=False)
+    safety_poll_interval: float
+
+
+class CrewWebhookReceiverHook(BaseHook):
+    """
+    The address where crews announce that an execution finished or paused: Airflow's api-server.
+
+    :param receiver_conn_id: The ``crew_webhook_receiver`` connection: host = the api-server's
+        address as the crew service reaches it; password = the key (or keys, separated by spaces,
+        the first one signing: rotation) the runs' secrets are derived with.
+    """
+
+    conn_name_attr = "receiver_conn_id"
+    default_conn_name = DEFAULT_RECEIVER_CONN_ID
+    conn_type = RECEIVER_CONN_TYPE
+    hook_name = "Crew webhook receiver"
+
+    def __init__(self, receiver_conn_id: str = DEFAULT_RECEIVER_CONN_ID) -> None:
+        super().__init__()
+        self.receiver_conn_id = receiver_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form: the address and the key (Airflow < 3.2; 3.2+ reads provider info)."""
+        return dict(RECEIVER_UI_FIELD_BEHAVIOUR)
+
+    @cached_property
+    def config(self) -> ReceiverConfig:
+        """The validated connection (looked up once per hook)."""
+        try:
+            connection = self.get_connection(self.receiver_conn_id)
+        except AirflowNotFoundException:
+            raise CrewConfigurationError(
+                f"Connection {self.receiver_conn_id!r} is not defined where this runs."
+            ) from None
+        return ReceiverConfig.from_connection(connection, self.receiver_conn_id)
+
+    def addresses(self, dag_id: str, run_id: str, crew: CrewConnectionConfig) -> WakeAddresses:
+        """The webhook addresses of one DAG run, for a crew at ``crew``.
+
+        :param dag_id: The run's DAG.
+        :param run_id: The run.
+        :param crew: The crew connection (its safety poll interval).
+        """
+        config = self.config
+        token = run_token(config.keys[0], dag_id, run_id)
+        parts = urlsplit(config.base_url)
+        path = f"{parts.path.rstrip('/')}{wake_path('crew', dag_id, run_id)}"
+        crew_url = parts._replace(netloc=f"wake:{token}@{parts.netloc}", path=path).geturl()
+        return WakeAddresses(crew_url, self.human_input_address(dag_id, run_id), crew.safety_poll_interval)
+
+    def human_input_address(self, dag_id: str, run_id: str) -> HumanInputWebhook:
+        """The run's human-input webhook: the plugin's address, the run's token as bearer token."""
+        config = self.config
+        parts = urlsplit(config.base_url)
+        url = parts._replace(path=f"{parts.path.rstrip('/')}{wake_path('human', dag_id, run_id)}").geturl()
+        token = run_token(config.keys[0], dag_id, run_id)
+        return HumanInputWebhook.model_validate(
+            {"url": url, "authentication": {"strategy": "bearer", "token": token}}
+        )
+
+    def health(self) -> tuple[bool, str]:
+        """Ask the plugin, through the address crews call, whether it wakes waits with the same key.
+
+        :return: (usable, why not); cached per process for :data:`HEALTH_TTL_SECONDS`.
+        """
+        config = self.config
+        cached = _health_cache.get(config.base_url)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1], cached[2]
+        usable, why = self._ask_health(config)
+        _health_cache[config.base_url] = (time.monotonic() + HEALTH_TTL_SECONDS, usable, why)
+        return usable, why
+
+    @staticmethod
+    def _ask_health(config: ReceiverConfig) -> tuple[bool, str]:
+        import secrets
+
+        import requests
+
+        nonce = secrets.token_hex(16)
+        url = f"{config.base_url}{PLUGIN_PREFIX}/{API_VERSION}/health"
+        try:
+            answer = requests.get(
+                url,
+                params={"nonce": nonce},
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+                timeout=(5, 10),
+                allow_redirects=False,
+            )
+            body = answer.json() if answer.status_code == 200 and len(answer.content) < 65536 else None
+        except (requests.RequestException, ValueError) as error:
+            return False, f"{url} could not be read from this worker ({type(error).__name__})"
+        if not isinstance(body, dict) or body.get("plugin") != "airflow-provider-crew":
+            return False, f"{url} answered {answer.status_code} without the provider's plugin behind it"
+        if not body.get("wake"):
+            return (
+                False,
+                f"the api-server's plugin cannot wake waits: {body.get('reason') or 'no reason given'}",
+            )
+        if body.get("key_check") != key_check(config.keys[0], nonce):
+            return False, (
+                "the api-server holds another key for the receiver connection than this worker: "
+                "define the same connection for both"
+            )
+        return True, ""
+
+
+# Per worker process: base URL -> (valid until (monotonic), usable, why not).
+_health_cache: dict[str, tuple[float, bool, str]] = {}
+
+
+__all__ = ["CrewWebhookReceiverHook", "ReceiverConfig", "WakeAddresses", "run_token", "token_matches"]

@@ -1,0 +1,321 @@
+"""The app the api-server plugin mounts: it receives crews' webhooks and wakes the deferred waits.
+
+Mounted at ``/crew-webhooks`` on Airflow's api-server by :mod:`.webhooks` (the package's
+``airflow.plugins`` entry point), and imported by the api-server only. Airflow does not authenticate
+plugin apps; this one checks every call itself:
+
+- ``GET /crew-webhooks/v1/health``: whether the plugin can wake waits here, and proof of its key.
+- ``POST /crew-webhooks/v1/{crew|human}/{dag_id}/{run_id}``: a crew's completion (``crew``) or
+  human-input (``human``) webhook for one DAG run. The run's token comes as the Basic password
+  (from the URL's userinfo) or a bearer token; a wrong one gets 404 and touches nothing.
+
+A webhook carries no result: it wakes the run's deferred waits on its execution (``kickoff_id``),
+and each woken task reads the status with the crew's token (:mod:`airflow_provider_crew.waiting.task`).
+A wake is applied no earlier than the trigger's own hold (``not_before``: Airflow fails a task resumed
+before the scheduler has handled its deferral, apache/airflow#67287), once per deferral, and only
+after re-checking under a row lock that the task instance still waits on that trigger. The Airflow
+internal it relies on, ``airflow.models.trigger.handle_event_submit``, is probed: without it the
+health check says why and the tasks keep polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import inspect
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+from airflow_provider_crew import __version__
+from airflow_provider_crew.hooks.webhook_receiver import (
+    API_VERSION,
+    DEFAULT_RECEIVER_CONN_ID,
+    KINDS,
+    ReceiverConfig,
+    key_check,
+    token_matches,
+)
+from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitFor
+
+log = logging.getLogger(__name__)
+
+STATUS_TRIGGER = "airflow_provider_crew.triggers.crew.CrewStatusTrigger"
+#: Largest webhook body read; a larger one is refused (413) and wakes nothing.
+MAX_BODY_BYTES = 1024 * 1024
+# How long the receiver connection read in the api-server is used before it is read again.
+KEYS_TTL_SECONDS = 60.0
+# Webhooks for one run, kind and execution within this many seconds share one database lookup.
+LOOKUP_DEDUP_SECONDS = 2.0
+# Database work of the plugin runs in at most this many threads at once.
+DB_THREADS = 4
+WOKEN_BY = {"crew": "the crew's completion webhook", "human": "the crew's human-input webhook"}
+
+
+def internals_missing() -> str | None:
+    """Why this Airflow cannot wake a deferred task from a plugin, or None when it can."""
+    try:
+        from airflow.models.trigger import handle_event_submit
+    except ImportError as error:
+        return f"airflow.models.trigger.handle_event_submit is missing ({error})"
+    parameters = inspect.signature(handle_event_submit).parameters
+    if not {"event", "task_instance", "session"} <= set(parameters):
+        return f"airflow.models.trigger.handle_event_submit takes {list(parameters)}, not what this sends"
+    return None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A task instance of the run deferred on a crew status trigger."""
+
+    ti_id: Any  # the task instance's id as the database holds it (a UUID)
+    trigger_id: int
+    kwargs: dict[str, Any]
+
+    @property
+    def not_before(self) -> float:
+        return float(self.kwargs.get("not_before") or 0.0)
+
+
+def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wait]:
+    """The run's task instances deferred on ``kickoff_id`` that a ``kind`` webhook ends."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    waits = []
+    with create_session() as session:
+        rows = session.execute(
+            select(TaskInstance.id, Trigger)
+            .join(Trigger, TaskInstance.trigger_id == Trigger.id)
+            .where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.state == TaskInstanceState.DEFERRED,
+                Trigger.classpath == STATUS_TRIGGER,
+            )
+        ).all()
+        for ti_id, trigger in rows:
+            kwargs = dict(trigger.kwargs)
+            if kwargs.get("kickoff_id") != kickoff_id:
+                continue
+            if kind == "human" and kwargs.get("wait_for") != WaitFor.HUMAN_INPUT.value:
+                continue  # a pause ends only the waits that stop at one
+            waits.append(Wait(ti_id, trigger.id, kwargs))
+    return waits
+
+
+def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
+    """Resume the task instance with ``payload`` if, under a row lock, it still waits on that trigger.
+
+    The row is read with a locking select (PostgreSQL, MySQL) and then claimed with an update that
+    matches only while it still waits on that trigger: SQLite has no row locks, and the update is
+    what serialises a concurrent resume there.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import handle_event_submit
+    from airflow.triggers.base import TriggerEvent
+    from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import with_row_locks
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select, update
+
+    waiting = (
+        TaskInstance.id == wait.ti_id,
+        TaskInstance.state == TaskInstanceState.DEFERRED,
+        TaskInstance.trigger_id == wait.trigger_id,
+    )
+    with create_session() as session:
+        query = with_row_locks(select(TaskInstance).where(*waiting), session=session, of=TaskInstance)
+        ti = session.scalars(query).one_or_none()
+        if ti is None:
+            return False  # ended, woken by its trigger, or deferred anew meanwhile: nothing to do
+        claim = update(TaskInstance).where(*waiting).values(trigger_id=wait.trigger_id)
+        if session.execute(claim.execution_options(synchronize_session=False)).rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        handle_event_submit(TriggerEvent(payload), task_instance=ti, session=session)
+        if ti.next_method == "__fail__":  # Airflow 3.3 fails a task whose event it cannot store
+            log.warning("Airflow could not store the wake of task instance %s.", wait.ti_id)
+    return True
+
+
+class Waker:
+    """The api-server's side of the wake: lookups shared by repeated webhooks, wakes held until the
+    trigger's own hold, once per deferral (a deferral is one trigger row)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, asyncio.Task[None]] = {}  # trigger id -> its scheduled wake
+        self._woken: OrderedDict[int, None] = OrderedDict()  # trigger ids woken (bounded)
+        self._recent: dict[tuple[str, str, str, str], float] = {}  # lookup -> when (monotonic)
+        self._threads = asyncio.Semaphore(DB_THREADS)
+
+    async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> None:
+        """Schedule the wake of every wait of the run that this webhook ends."""
+        now = time.monotonic()
+        lookup = (kind, dag_id, run_id, kickoff_id)
+        if now - self._recent.get(lookup, -LOOKUP_DEDUP_SECONDS) < LOOKUP_DEDUP_SECONDS:
+            return  # the same webhook again: the lookup just made covers it
+        self._recent = {key: at for key, at in self._recent.items() if now - at < LOOKUP_DEDUP_SECONDS}
+        self._recent[lookup] = now
+        async with self._threads:
+            waits = await asyncio.to_thread(find_waits, dag_id, run_id, kickoff_id, kind)
+        for wait in waits:
+            if wait.trigger_id in self._pending or wait.trigger_id in self._woken:
+                continue
+            task = asyncio.get_running_loop().create_task(self._wake_when_allowed(wait, kind))
+            self._pending[wait.trigger_id] = task
+            task.add_done_callback(self._forget_pending)
+
+    def _forget_pending(self, done: asyncio.Task[None]) -> None:
+        for key, task in list(self._pending.items()):
+            if task is done:
+                del self._pending[key]
+
+    async def _wake_when_allowed(self, wait: Wait, kind: str) -> None:
+        delay = wait.not_before - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        event = CrewWaitEvent(
+            outcome=Outcome.WOKEN,
+            kickoff_id=str(wait.kwargs.get("kickoff_id")),
+            message=f"Woken by {WOKEN_BY[kind]}.",
+            wait=wait.kwargs,
+        )
+        payload = event.payload()
+        for attempt in range(3):
+            try:
+                async with self._threads:
+                    applied = await asyncio.to_thread(apply_wake, wait, payload)
+                break
+            except Exception:  # e.g. SQLite's "database is locked" under load: try again, then give up
+                if attempt == 2:
+                    log.exception("Could not wake task instance %s; its wait polls on.", wait.ti_id)
+                    return
+                await asyncio.sleep(0.5 * (attempt + 1))
+        self._woken[wait.trigger_id] = None
+        while len(self._woken) > 10_000:
+            self._woken.popitem(last=False)
+        if applied:
+            log.info(
+                "Woke task instance %s (%s, execution %s).", wait.ti_id, kind, wait.kwargs.get("kickoff_id")
+            )
+
+
+class ReceiverKeys:
+    """The receiver connection's keys in the api-server, read again after :data:`KEYS_TTL_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._config: ReceiverConfig | None = None
+        self._why: str = ""
+        self._read_at = -KEYS_TTL_SECONDS
+
+    def get(self) -> tuple[ReceiverConfig | None, str]:
+        if time.monotonic() - self._read_at >= KEYS_TTL_SECONDS:
+            self._config, self._why = self._read()
+            self._read_at = time.monotonic()
+        return self._config, self._why
+
+    async def aget(self) -> tuple[ReceiverConfig | None, str]:
+        """:meth:`get` from the event loop: a due lookup (secrets backend, database) runs in a thread."""
+        if time.monotonic() - self._read_at >= KEYS_TTL_SECONDS:
+            return await asyncio.to_thread(self.get)
+        return self._config, self._why
+
+    @staticmethod
+    def _read() -> tuple[ReceiverConfig | None, str]:
+        from airflow.exceptions import AirflowNotFoundException
+        from airflow.models.connection import Connection
+
+        try:
+            connection = Connection.get_connection_from_secrets(DEFAULT_RECEIVER_CONN_ID)
+            return ReceiverConfig.from_connection(connection, DEFAULT_RECEIVER_CONN_ID), ""
+        except AirflowNotFoundException:
+            return None, f"connection {DEFAULT_RECEIVER_CONN_ID!r} is not defined for the api-server"
+        except Exception as error:  # a wrong connection: say so in the health check, never crash
+            return None, str(error)
+
+
+def presented_token(authorization: str | None) -> str | None:
+    """The token of a Basic (its password) or Bearer ``Authorization`` header."""
+    scheme, _, value = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip() or None
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return decoded.partition(":")[2] or None
+    return None
+
+
+def execution_of(body: bytes) -> str | None:
+    """The execution a webhook body names (``kickoff_id``, or ``execution_id`` of a pause), if any."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("kickoff_id") or data.get("execution_id")
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+async def read_capped(request: Request) -> bytes | None:
+    """The request's body, or None once it passes :data:`MAX_BODY_BYTES` (the rest is not read)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app() -> FastAPI:
+    """The plugin's FastAPI app."""
+    app = FastAPI(title="Crew webhooks", docs_url=None, redoc_url=None, openapi_url=None)
+    waker, keys, missing = Waker(), ReceiverKeys(), internals_missing()
+    not_found = JSONResponse({"detail": "Not Found"}, status_code=404)
+
+    @app.get(f"/{API_VERSION}/health")
+    def health(nonce: str | None = None) -> dict[str, Any]:
+        config, why = keys.get()
+        answer: dict[str, Any] = {"plugin": "airflow-provider-crew", "version": __version__}
+        answer["wake"] = missing is None and config is not None
+        answer["reason"] = missing or why or None
+        if config is not None and nonce and len(nonce) <= 128:
+            answer["key_check"] = key_check(config.keys[0], nonce)
+        return answer
+
+    @app.post(f"/{API_VERSION}/{{kind}}/{{dag_id}}/{{run_id:path}}")
+    async def webhook(kind: str, dag_id: str, run_id: str, request: Request) -> Response:
+        config, _ = await keys.aget()
+        token = presented_token(request.headers.get("authorization"))
+        if kind not in KINDS or config is None or token is None:
+            return not_found
+        if not token_matches(config.keys, dag_id, run_id, token):
+            return not_found
+        if missing is not None:
+            return JSONResponse({"detail": "This Airflow cannot wake waits."}, status_code=503)
+        body = await read_capped(request)
+        if body is None:
+            return JSONResponse({"detail": f"Body over {MAX_BODY_BYTES} bytes."}, status_code=413)
+        kickoff_id = execution_of(body)
+        if kickoff_id is not None:
+            await waker.webhook(kind, dag_id, run_id, kickoff_id)
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    return app
