@@ -245,6 +245,7 @@ class Engine:
     def _pause(self, ex: Execution, index: int, outcome: TaskOutcome) -> asyncio.Future[bool]:
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         ex.paused = PausedTask(index, ex.task_ids[index], outcome, waiter)
+        ex.paused_at = time.time()
         ex.state = PAUSED
         ex.status = PENDING_HUMAN_INPUT
         ex.touch()

@@ -109,6 +109,7 @@ class Execution:
     hidden_polls: int = 0
     hidden_rule: FaultRule | None = None
     paused: PausedTask | None = None
+    paused_at: float | None = None  # when it last paused for human input (epoch seconds)
     runner: asyncio.Task[None] | None = None
     delivery_tail: asyncio.Task[None] | None = None
     version: int = 0
@@ -198,6 +199,7 @@ class Execution:
                 ],
                 "feedback": [f.to_dict() for f in self.feedback],
                 "paused_task_id": self.paused.task_id if self.paused else None,
+                "paused_at": self.paused_at,
                 "polls": self.polls,
                 "hidden_polls_left": self.hidden_polls,
             }

@@ -125,6 +125,7 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
     answered again the same way; ``asked`` counts how often each round was answered.
     """
     seen: dict[int, dict[str, Any]] = {}
+    seen_at: dict[int, float] = {}  # when each round's request could first be answered (epoch seconds)
     asked: dict[int, int] = {}
     deadline = time.monotonic() + ROUND_TIMEOUT * 3
 
@@ -133,7 +134,7 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
         state = airflow.dag_run_state(DAG_ID, run_id)
         if state in ("success", "failed"):
             assert state == "success", airflow.task_states(DAG_ID, run_id)
-            return {"run_id": run_id, "first": seen[1], "second": seen[2], "asked": asked}
+            return {"run_id": run_id, "first": seen[1], "second": seen[2], "asked": asked, "seen_at": seen_at}
         assert time.monotonic() < deadline, (
             f"run {run_id} still {state}: {airflow.task_states(DAG_ID, run_id)}"
         )
@@ -142,6 +143,7 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
             if detail is None:
                 continue
             seen.setdefault(round_number, detail)
+            seen_at.setdefault(round_number, time.time())
             asked[round_number] = asked.get(round_number, 0) + 1
             airflow.api(
                 "PATCH",
@@ -177,6 +179,13 @@ def test_reviewer_rejects_once_then_approves_in_airflow(stack):
     assert FEEDBACK not in request_1["output"]
     assert f"feedback: {FEEDBACK}" in request_2["output"] and "(attempt 2)" in request_2["output"]
     assert FEEDBACK in second["body"]  # the earlier round's feedback is shown
+
+    # The reviewer's wait: round 2 asks within 10 s of the crew pausing again on the redone draft. The
+    # round reads the status from the worker for a while before deferring, so a quick redo is asked
+    # about at once instead of after Airflow's deferral race bound.
+    redo_to_request = seen["seen_at"][2] - execution["paused_at"]
+    print(f"e2e review loop: round 2 asked {redo_to_request:.1f}s after the crew paused again")
+    assert 0 <= redo_to_request <= 10, redo_to_request
 
     # Round 3 had nothing to review; the crew got both answers, in order, and finished.
     states = airflow.task_states(DAG_ID, run_id)
