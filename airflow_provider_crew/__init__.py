@@ -14,9 +14,9 @@ def get_provider_info() -> dict[str, Any]:
     """Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point.
 
     It must stay importable without importing Airflow: the connection form fields come from
-    :mod:`airflow_provider_crew.connection`, which has no Airflow import.
+    :mod:`airflow_provider_crew.connection_form`, which has no Airflow import.
     """
-    from airflow_provider_crew.connection import (
+    from airflow_provider_crew.connection_form import (
         CONN_FIELDS,
         CONN_TYPE,
         RECEIVER_UI_FIELD_BEHAVIOUR,

@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
     AirflowNotFoundException,
+    AirflowOptionalProviderFeatureException,
     AirflowSkipException,
     BaseHook,
     BaseOperator,
@@ -69,8 +70,6 @@ def require_human_in_the_loop(message: str) -> None:
     """Raise Airflow's optional-feature error, ``message`` formatted with the running version, when
     this Airflow has no human-in-the-loop API (it came in 3.1)."""
     if not AIRFLOW_V_3_1_PLUS:
-        from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
-
         raise AirflowOptionalProviderFeatureException(message.format(version=_airflow_version))
 
 
@@ -94,6 +93,7 @@ __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
+    "AirflowOptionalProviderFeatureException",
     "AirflowSkipException",
     "BaseHook",
     "BaseOperator",

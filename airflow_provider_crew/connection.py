@@ -1,161 +1,41 @@
-"""Settings of a ``crew`` connection: the form's fields, their defaults and their validation.
+"""A ``crew`` connection's settings: read from an Airflow connection, checked, with their defaults.
 
-This module has no Airflow import so that the hook (sync), the trigger (async) and the provider
-metadata all read one definition of the connection.
+The form's fields and defaults are :mod:`airflow_provider_crew.connection_form`; this module reads a
+connection against them into a :class:`CrewConnectionConfig`, which every request of the hook uses.
+It imports nothing of Airflow beyond the provider's exceptions: the connection object is read as it
+comes.
 """
 
 from __future__ import annotations
 
 import enum
 import ipaddress
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-CONN_TYPE = "crew"
-
-
-class StatusPathStyle(str, enum.Enum):
-    """Which form of the status path a service answers."""
-
-    CONTRACT = "contract"  # GET /{kickoff_id}/status, as the service contract says
-    DEPLOYED = "deployed"  # GET /status/{kickoff_id}, as deployed services answer
-    AUTO = "auto"  # try the contract form, learn from the first 404 which one works
-
-
-class TokenKind(str, enum.Enum):
-    """Which kind of bearer token the connection holds; informative: the service decides what it may do."""
-
-    ORGANIZATION = "organization"
-    USER = "user"
+from airflow_provider_crew.connection_form import (
+    CONN_FIELDS,
+    CONN_TYPE,
+    HOST_LABEL,
+    LEGACY_EXTRA_NAMES,
+    PORT_LABEL,
+    RECEIVER_UI_FIELD_BEHAVIOUR,
+    TOKEN_LABEL,
+    UI_FIELD_BEHAVIOUR,
+    StatusPathStyle,
+    TokenKind,
+    connection_form_widgets,
+)
+from airflow_provider_crew.exceptions import CrewConfigurationError
 
 
 class CrewConnectionError(ValueError):
     """A ``crew`` connection is configured wrongly; the message names the field and the fix."""
 
-
-# The form's names for the standard fields the crew connection uses (UI_FIELD_BEHAVIOUR relabels
-# them): error messages name a field as the user sees it.
-HOST_LABEL = "Crew base URL"
-PORT_LABEL = "Port"
-TOKEN_LABEL = "Bearer token"
-
-
-# One definition of the extra fields: the provider metadata ("conn-fields"), the legacy form
-# widgets and the parser below all read it.
-#
-# No key may contain a word Airflow treats as secret ("token", "password", "secret", "proxy",
-# "bearer", "dsn" and the others of [core] sensitive_var_conn_names): Airflow would show the value
-# as "***" in the REST API and the form, and the form could not show it when a connection is
-# reopened (tests/test_provider_info.py checks this against Airflow's own masker).
-CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "credential_kind": {
-        "label": "Token kind",
-        "description": "Organization bearer token (full access) or user bearer token (user-scoped). "
-        "Informative: shown in logs and the connection test.",
-        "schema": {
-            "type": ["string", "null"],
-            "enum": [k.value for k in TokenKind],
-            "default": "organization",
-        },
-    },
-    "connect_timeout": {
-        "label": "Connect time-out (s)",
-        "description": "Seconds to wait for a TCP/TLS connection to the crew service.",
-        "schema": {"type": ["number", "null"], "minimum": 0, "default": 10},
-    },
-    "read_timeout": {
-        "label": "Read time-out (s)",
-        "description": "Seconds to wait for a response once the request is sent. Cold services can be slow.",
-        "schema": {"type": ["number", "null"], "minimum": 0, "default": 60},
-    },
-    "verify_tls": {
-        "label": "Verify TLS certificate",
-        "description": "Keep on unless you know why; off disables certificate checks.",
-        "schema": {"type": ["boolean", "null"], "default": True},
-    },
-    "retry_limit": {
-        "label": "Retry limit",
-        "description": "Retries after failures that do not say when to come back: connection errors, "
-        "and 502, 504 or time-outs on reads (429 and 503 are governed by the retry budget). "
-        "A kickoff or resume is never repeated when the service may have received it.",
-        "schema": {"type": ["integer", "null"], "minimum": 0, "default": 3},
-    },
-    "retry_delay": {
-        "label": "Retry base delay (s)",
-        "description": "First back-off delay; doubles each retry (capped at 60 s), with jitter. The "
-        "service's Retry-After is a floor under it.",
-        "schema": {"type": ["number", "null"], "minimum": 0, "default": 1},
-    },
-    "retry_budget": {
-        "label": "Retry budget (s)",
-        "description": "Seconds during which answers of 429 (rate limited) and 503 (unavailable) are "
-        "retried, with a growing, jittered back-off that never waits less than the service's "
-        "Retry-After. A wait's deadline ends the retries sooner.",
-        "schema": {"type": ["number", "null"], "minimum": 0, "default": 300},
-    },
-    "max_response_bytes": {
-        "label": "Max response size (bytes)",
-        "description": "Largest answer body read from the service, counted after decompression "
-        "(default 32 MiB). A larger answer fails the task with an error naming this field.",
-        "schema": {"type": ["integer", "null"], "minimum": 1, "default": 32 * 1024 * 1024},
-    },
-    "status_path_style": {
-        "label": "Status path style",
-        "description": "'contract': GET /{kickoff_id}/status; 'deployed': GET /status/{kickoff_id}; "
-        "'auto': learn which one the service answers.",
-        "schema": {"type": ["string", "null"], "enum": [s.value for s in StatusPathStyle], "default": "auto"},
-    },
-    "wake_by_webhook": {
-        "label": "Wake waits by webhook",
-        "description": "The crew's completion and pause webhooks wake deferred waits through Airflow's "
-        "api-server (the provider's plugin and the crew_webhook_receiver connection); polling then only "
-        "backs them up. Needs the crew service to reach the api-server (docs/webhook-wake.md).",
-        "schema": {"type": ["boolean", "null"], "default": False},
-    },
-    "safety_poll_interval": {
-        "label": "Safety poll interval (s)",
-        "description": "With webhook wake: seconds between the status polls that still find failures and "
-        "revocations, which the crew announces by no webhook.",
-        "schema": {"type": ["number", "null"], "minimum": 1, "default": 300},
-    },
-    "execution_url_template": {
-        "label": "Execution page URL",
-        "description": "Optional. The address of one execution's page in the crew's dashboard, with "
-        "{kickoff_id} where the execution id goes, e.g. https://app.example.com/executions/{kickoff_id}. "
-        "Crew tasks then show a 'Crew execution' link to it.",
-        "schema": {"type": ["string", "null"], "default": None},
-    },
-}
-
-# Extras read under an older name too, for connections saved before the rename. "token_kind"
-# became "credential_kind" because Airflow masks every extra whose key contains "token".
-LEGACY_EXTRA_NAMES: dict[str, tuple[str, ...]] = {"credential_kind": ("token_kind",)}
-
-# The webhook receiver's form (hooks/webhook_receiver.py): the api-server's address and the key.
-RECEIVER_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden_fields": ["schema", "login", "extra"],
-    "relabeling": {"host": "Airflow address as crews reach it", "password": "Key"},
-    "placeholders": {
-        "host": "https://airflow.example.com (the api-server, through the ingress crews reach)",
-        "password": "a random key of 24+ characters; while rotating: new key, space, old key",
-    },
-}
-
-# Port stays visible: on Airflow 3.3.1 and 3.3.2 the connections list's Test action sends port 0
-# for a connection without a port and the api-server refuses it as "a different host or port"
-# (apache/airflow#73298); a connection with its port filled in tests fine there.
-UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden_fields": ["schema", "login", "extra"],
-    "relabeling": {"host": HOST_LABEL, "port": PORT_LABEL, "password": TOKEN_LABEL},
-    "placeholders": {
-        "host": "https://my-crew-1234.example.com (http:// only for localhost)",
-        "port": "optional: 443 for https; the Test action of Airflow 3.3.1-3.3.2 needs it",
-        "password": "bearer token from the crew's status tab",
-    },
-}
 
 MAX_BACKOFF_SECONDS = 60.0
 
@@ -430,40 +310,105 @@ class CrewConnectionConfig:
         return build_execution_url(self.execution_url_template, kickoff_id)
 
 
-def connection_form_widgets() -> dict[str, Any]:
-    """The connection form's extra fields for Airflow < 3.2 (3.2+ reads ``conn-fields`` from provider info).
+# -- read from an Airflow connection ------------------------------------------------------------------
 
-    Imports the form libraries when called: this module itself imports nothing of Airflow's web stack.
 
-    Airflow 3.0 and 3.1 call this with stand-ins for wtforms and flask-appbuilder when those are
-    not installed; the stand-ins take only label, validators, description, default and widget,
-    and turn an ``any_of`` validator into a drop-down.
+def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
+    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker.
+
+    :param raw: ``connection.extra``.
+    :param invalid: The error message when it is not a JSON object.
     """
-    from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
-    from flask_babel import lazy_gettext
-    from wtforms import BooleanField, IntegerField, StringField
-    from wtforms.validators import Optional, any_of
+    if not raw:
+        return {}
+    try:
+        extra = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise CrewConfigurationError(invalid)
+    return extra
 
-    widgets: dict[str, Any] = {}
-    for name, spec in CONN_FIELDS.items():
-        kinds = spec["schema"]["type"]
-        label = lazy_gettext(spec["label"])
-        default = spec["schema"].get("default")
-        validators = [Optional()]
-        if "enum" in spec["schema"]:
-            validators.append(any_of(spec["schema"]["enum"]))
-        if "boolean" in kinds:
-            widgets[name] = BooleanField(label, default=default, description=spec["description"])
-        elif "integer" in kinds:
-            widgets[name] = IntegerField(
-                label, validators=validators, default=default, description=spec["description"]
-            )
-        else:
-            widgets[name] = StringField(
-                label,
-                validators=validators,
-                widget=BS3TextFieldWidget(),
-                default=default,
-                description=spec["description"],
-            )
-    return widgets
+
+def connection_extra(connection: Any) -> dict[str, Any]:
+    """A connection's extra as a dict, read without Airflow's ``extra_dejson``.
+
+    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
+    secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
+    (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
+    the connection; the one secret a ``crew`` extra can hold, ``token``, is masked here.
+
+    :param connection: An Airflow connection.
+    """
+    extra = extra_as_dict(
+        connection.extra,
+        invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
+        "empty for the defaults.",
+    )
+    secrets = [
+        extra[key] for key in ("token", f"extra__{CONN_TYPE}__token") if isinstance(extra.get(key), str)
+    ]
+    if any(secrets):
+        from airflow.providers.common.compat.sdk import mask_secret
+
+        for secret in filter(None, secrets):
+            mask_secret(secret)
+    return extra
+
+
+def config_from_connection(
+    connection: Any, conn_id: str, *, name_connection: bool = True
+) -> CrewConnectionConfig:
+    """Validate ``connection`` into a config; errors name the field and, by default, the connection.
+
+    :param connection: An Airflow connection of type ``crew``.
+    :param conn_id: The id it was looked up by.
+    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
+        action, which tests under a random id the user never chose.
+    """
+    if connection.conn_type not in (CONN_TYPE, None, ""):
+        raise CrewConfigurationError(
+            f"Connection {conn_id!r} has type {connection.conn_type!r}; "
+            f"the crew provider needs a connection of type {CONN_TYPE!r}."
+        )
+    try:
+        return CrewConnectionConfig.from_connection_fields(
+            conn_id=conn_id if name_connection else None,
+            host=connection.host,
+            password=connection.password,
+            extra=connection_extra(connection),
+            schema=connection.schema,
+            port=connection.port,
+        )
+    except CrewConnectionError as error:
+        raise CrewConfigurationError(str(error)) from None
+
+
+def missing_connection(conn_id: str) -> CrewConfigurationError:
+    """The error for a connection not defined where this runs, with the ways to define it."""
+    return CrewConfigurationError(
+        f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
+        f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."
+    )
+
+
+# The form's names, importable from here as before.
+__all__ = [
+    "CONN_FIELDS",
+    "CONN_TYPE",
+    "HOST_LABEL",
+    "PORT_LABEL",
+    "RECEIVER_UI_FIELD_BEHAVIOUR",
+    "TOKEN_LABEL",
+    "UI_FIELD_BEHAVIOUR",
+    "CrewConnectionConfig",
+    "CrewConnectionError",
+    "StatusPathStyle",
+    "TokenKind",
+    "config_from_connection",
+    "connection_extra",
+    "connection_form_widgets",
+    "extra_as_dict",
+    "missing_connection",
+    "normalise_base_url",
+]

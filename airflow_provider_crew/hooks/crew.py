@@ -13,7 +13,6 @@ requests' headers and one aiohttp session.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -29,12 +28,14 @@ from airflow_provider_crew.connection import (
     TOKEN_LABEL,
     UI_FIELD_BEHAVIOUR,
     CrewConnectionConfig,
-    CrewConnectionError,
+    config_from_connection,
+    connection_extra,
     connection_form_widgets,
+    extra_as_dict,
+    missing_connection,
 )
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
-    CrewConfigurationError,
     CrewError,
     CrewTransportError,
 )
@@ -160,13 +161,20 @@ class CrewHook(BaseHook):
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
     def _post(
-        self, path: str, request: type[BaseModel], answer: type[BaseModel], *, if_unknown: str, **fields: Any
+        self,
+        path: str,
+        request: type[BaseModel],
+        answer: type[BaseModel],
+        *,
+        if_unknown: str,
+        deadline: float | None = None,
+        **fields: Any,
     ) -> Any:
         """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
         and read the answer as ``answer``."""
         body = build_request_model(request, **fields).to_wire()
         call = post_call(self.config, path, body, if_unknown=if_unknown)
-        return read_post_answer(call, self._send(call), answer)
+        return read_post_answer(call, self._send(call, deadline=deadline), answer)
 
     # -- the contract ----------------------------------------------------------------------------
 
@@ -184,6 +192,7 @@ class CrewHook(BaseHook):
         step_webhook_url: str | None = None,
         crew_webhook_url: str | None = None,
         human_input_webhook: HumanInputWebhook | Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> str:
         """``POST /kickoff``: start an execution and return its ``kickoff_id``.
 
@@ -197,12 +206,15 @@ class CrewHook(BaseHook):
         :param crew_webhook_url: URL the service calls when the execution completes.
         :param human_input_webhook: Where the service announces a pause for human input, and how it
             authenticates there.
+        :param deadline: Epoch seconds the call must end by; a request cut short by it counts as one
+            whose outcome is unknown (not repeated).
         """
         response: KickoffResponse = self._post(
             "/kickoff",
             KickoffRequest,
             KickoffResponse,
             if_unknown=KICKOFF_IF_UNKNOWN,
+            deadline=deadline,
             inputs=inputs,
             meta=meta,
             task_webhook_url=task_webhook_url,
@@ -321,88 +333,6 @@ class CrewHook(BaseHook):
         )
 
 
-# -- the crew connection, read from Airflow -------------------------------------------------------------
-
-
-def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
-    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker.
-
-    :param raw: ``connection.extra``.
-    :param invalid: The error message when it is not a JSON object.
-    """
-    if not raw:
-        return {}
-    try:
-        extra = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        extra = None
-    if not isinstance(extra, dict):
-        raise CrewConfigurationError(invalid)
-    return extra
-
-
-def connection_extra(connection: Any) -> dict[str, Any]:
-    """A connection's extra as a dict, read without Airflow's ``extra_dejson``.
-
-    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
-    secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
-    (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
-    the connection; the one secret a ``crew`` extra can hold, ``token``, is masked here.
-
-    :param connection: An Airflow connection.
-    """
-    extra = extra_as_dict(
-        connection.extra,
-        invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
-        "empty for the defaults.",
-    )
-    secrets = [
-        extra[key] for key in ("token", f"extra__{CONN_TYPE}__token") if isinstance(extra.get(key), str)
-    ]
-    if any(secrets):
-        from airflow.providers.common.compat.sdk import mask_secret
-
-        for secret in filter(None, secrets):
-            mask_secret(secret)
-    return extra
-
-
-def config_from_connection(
-    connection: Any, conn_id: str, *, name_connection: bool = True
-) -> CrewConnectionConfig:
-    """Validate ``connection`` into a config; errors name the field and, by default, the connection.
-
-    :param connection: An Airflow connection of type ``crew``.
-    :param conn_id: The id it was looked up by.
-    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
-        action, which tests under a random id the user never chose.
-    """
-    if connection.conn_type not in (CONN_TYPE, None, ""):
-        raise CrewConfigurationError(
-            f"Connection {conn_id!r} has type {connection.conn_type!r}; "
-            f"the crew provider needs a connection of type {CONN_TYPE!r}."
-        )
-    try:
-        return CrewConnectionConfig.from_connection_fields(
-            conn_id=conn_id if name_connection else None,
-            host=connection.host,
-            password=connection.password,
-            extra=connection_extra(connection),
-            schema=connection.schema,
-            port=connection.port,
-        )
-    except CrewConnectionError as error:
-        raise CrewConfigurationError(str(error)) from None
-
-
-def missing_connection(conn_id: str) -> CrewConfigurationError:
-    """The error for a connection not defined where this runs, with the ways to define it."""
-    return CrewConfigurationError(
-        f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
-        f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."
-    )
-
-
 # -- the connection shared by the waits of one event loop ------------------------------------------------
 
 
@@ -466,5 +396,6 @@ async def _look_up(
     return shared
 
 
-# close_shared_sessions: close the running loop's shared HTTP session now (tests, clean shutdowns).
-__all__ = ["CrewHook", "close_shared_sessions"]
+# close_shared_sessions: close the running loop's shared HTTP session now (tests, clean shutdowns);
+# the connection readers were defined here before airflow_provider_crew.connection holds them.
+__all__ = ["CrewHook", "close_shared_sessions", "connection_extra", "extra_as_dict"]

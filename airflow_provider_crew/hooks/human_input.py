@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_crew._compat import BaseHook
+from airflow_provider_crew.connection import extra_as_dict
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks.crew import extra_as_dict
 from airflow_provider_crew.hooks.webhook_receiver import DEFAULT_RECEIVER_CONN_ID, CrewWebhookReceiverHook
 from airflow_provider_crew.models import HumanInputWebhook
 
