@@ -34,3 +34,54 @@ def _forget_learned_status_paths():
     LEARNED_STATUS_PATHS.forget()
     yield
     LEARNED_STATUS_PATHS.forget()
+
+
+@pytest.fixture
+def webhook_plugin(monkeypatch: pytest.MonkeyPatch):
+    """The api-server plugin's app behind uvicorn on a loopback port (mounted at /crew-webhooks, as
+    the api-server mounts it), and the ``crew_webhook_receiver`` connection pointing at it.
+
+    Yields the address; ``define_receiver(password=...)`` on it changes the connection's key.
+    """
+    import socket
+    import threading
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from airflow_provider_crew.hooks import webhook_receiver
+    from airflow_provider_crew.plugins.webhook_app import create_app
+    from airflow_provider_crew.testing import wait_until
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"http://127.0.0.1:{port}"
+
+    def define_receiver(password: str = RECEIVER_KEY, host: str = address) -> None:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER",
+            json.dumps({"conn_type": "crew_webhook_receiver", "host": host, "password": password}),
+        )
+        webhook_receiver._health_cache.clear()
+
+    define_receiver()
+    root = FastAPI()
+    root.mount("/crew-webhooks", create_app())
+    server = uvicorn.Server(uvicorn.Config(root, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=10)
+
+    class Plugin(str):
+        pass
+
+    plugin = Plugin(address)
+    plugin.define_receiver = define_receiver  # type: ignore[attr-defined]
+    yield plugin
+    server.should_exit = True
+    thread.join(10)
+    webhook_receiver._health_cache.clear()
+
+
+RECEIVER_KEY = "receiver-key-for-tests-" + "r" * 16

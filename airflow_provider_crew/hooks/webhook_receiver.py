@@ -93,24 +93,28 @@ class ReceiverConfig:
     keys: tuple[str, ...] = field(repr=False)  # the first signs; all of them verify (rotation)
 
     @classmethod
-    def from_connection(cls, connection: Any, conn_id: str) -> ReceiverConfig:
-        """Validate the receiver connection; errors name the connection and the field."""
+    def from_connection(
+        cls, connection: Any, conn_id: str, *, name_connection: bool = True
+    ) -> ReceiverConfig:
+        """Validate the receiver connection; errors name the field, and the connection unless told not to
+        (Airflow's Test action runs under a random id)."""
+        where = f"Connection {conn_id!r}" if name_connection else "The connection"
         try:
             label = RECEIVER_UI_FIELD_BEHAVIOUR["relabeling"]["host"]
             base_url = normalise_base_url(
                 connection.host, port=connection.port, path=connection.schema, label=label
             )
         except CrewConnectionError as error:
-            raise CrewConfigurationError(f"Connection {conn_id!r}: {error}") from None
+            raise CrewConfigurationError(f"{where}: {error}") from None
         keys = tuple(part for part in (connection.password or "").replace(",", " ").split() if part)
         if not keys:
             raise CrewConfigurationError(
-                f"Connection {conn_id!r} has no key: put a random key of at least {MIN_KEY_LENGTH} "
-                "characters in its password (python -c 'import secrets; print(secrets.token_urlsafe(32))')."
+                f"{where} has no key: put a random key of at least {MIN_KEY_LENGTH} characters in its "
+                "password (python -c 'import secrets; print(secrets.token_urlsafe(32))')."
             )
         if any(len(key) < MIN_KEY_LENGTH for key in keys):
             raise CrewConfigurationError(
-                f"Connection {conn_id!r}: every key in the password must have at least {MIN_KEY_LENGTH} "
+                f"{where}: every key in the password must have at least {MIN_KEY_LENGTH} "
                 "characters (keys are separated by spaces; the first one signs new addresses)."
             )
         return cls(base_url=base_url, keys=keys)
@@ -186,6 +190,25 @@ class CrewWebhookReceiverHook(BaseHook):
         token = run_token(config.keys[0], dag_id, run_id)
         return HumanInputWebhook.model_validate(
             {"url": url, "authentication": {"strategy": "bearer", "token": token}}
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        """For Airflow's Test action: ask the plugin behind the address, as a worker does; wakes nothing.
+
+        :return: (success, message for the person who clicked Test; it never names the connection id).
+        """
+        try:
+            config = ReceiverConfig.from_connection(
+                self.get_connection(self.receiver_conn_id), self.receiver_conn_id, name_connection=False
+            )
+        except CrewConfigurationError as error:
+            return False, str(error)
+        usable, why = self._ask_health(config)
+        if not usable:
+            return False, f"Webhook wake would be off: {why}."
+        return True, (
+            f"OK: the provider's plugin at {config.base_url}{PLUGIN_PREFIX} wakes waits with this key. "
+            "Crew connections opt in with the extra wake_by_webhook."
         )
 
     def health(self) -> tuple[bool, str]:

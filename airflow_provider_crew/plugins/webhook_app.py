@@ -83,6 +83,11 @@ class Wait:
     def not_before(self) -> float:
         return float(self.kwargs.get("not_before") or 0.0)
 
+    @property
+    def deferral(self) -> tuple[str, int, float]:
+        """One deferral of one task instance (a trigger row's id alone is reused once it is gone)."""
+        return str(self.ti_id), self.trigger_id, self.not_before
+
 
 def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wait]:
     """The run's task instances deferred on ``kickoff_id`` that a ``kind`` webhook ends."""
@@ -122,7 +127,7 @@ def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
     what serialises a concurrent resume there.
     """
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import handle_event_submit
+    from airflow.models.trigger import Trigger, handle_event_submit
     from airflow.triggers.base import TriggerEvent
     from airflow.utils.session import create_session
     from airflow.utils.sqlalchemy import with_row_locks
@@ -138,7 +143,10 @@ def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
         query = with_row_locks(select(TaskInstance).where(*waiting), session=session, of=TaskInstance)
         ti = session.scalars(query).one_or_none()
         if ti is None:
-            return False  # ended, woken by its trigger, or deferred anew meanwhile: nothing to do
+            return False  # ended, or woken by its trigger: nothing to do
+        trigger = session.get(Trigger, wait.trigger_id)
+        if trigger is None or trigger.kwargs.get("not_before") != wait.kwargs.get("not_before"):
+            return False  # deferred anew meanwhile (the database may reuse a trigger's id): not this wait
         claim = update(TaskInstance).where(*waiting).values(trigger_id=wait.trigger_id)
         if session.execute(claim.execution_options(synchronize_session=False)).rowcount != 1:  # type: ignore[attr-defined]
             return False
@@ -153,27 +161,30 @@ class Waker:
     trigger's own hold, once per deferral (a deferral is one trigger row)."""
 
     def __init__(self) -> None:
-        self._pending: dict[int, asyncio.Task[None]] = {}  # trigger id -> its scheduled wake
-        self._woken: OrderedDict[int, None] = OrderedDict()  # trigger ids woken (bounded)
+        self._pending: dict[tuple[str, int, float], asyncio.Task[None]] = {}  # deferral -> its wake
+        self._woken: OrderedDict[tuple[str, int, float], None] = OrderedDict()  # deferrals woken (bounded)
         self._recent: dict[tuple[str, str, str, str], float] = {}  # lookup -> when (monotonic)
         self._threads = asyncio.Semaphore(DB_THREADS)
 
-    async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> None:
-        """Schedule the wake of every wait of the run that this webhook ends."""
+    async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> int:
+        """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled."""
         now = time.monotonic()
         lookup = (kind, dag_id, run_id, kickoff_id)
         if now - self._recent.get(lookup, -LOOKUP_DEDUP_SECONDS) < LOOKUP_DEDUP_SECONDS:
-            return  # the same webhook again: the lookup just made covers it
+            return 0  # the same webhook again: the lookup just made covers it
         self._recent = {key: at for key, at in self._recent.items() if now - at < LOOKUP_DEDUP_SECONDS}
         self._recent[lookup] = now
         async with self._threads:
             waits = await asyncio.to_thread(find_waits, dag_id, run_id, kickoff_id, kind)
+        scheduled = 0
         for wait in waits:
-            if wait.trigger_id in self._pending or wait.trigger_id in self._woken:
+            if wait.deferral in self._pending or wait.deferral in self._woken:
                 continue
             task = asyncio.get_running_loop().create_task(self._wake_when_allowed(wait, kind))
-            self._pending[wait.trigger_id] = task
+            self._pending[wait.deferral] = task
             task.add_done_callback(self._forget_pending)
+            scheduled += 1
+        return scheduled
 
     def _forget_pending(self, done: asyncio.Task[None]) -> None:
         for key, task in list(self._pending.items()):
@@ -201,12 +212,15 @@ class Waker:
                     log.exception("Could not wake task instance %s; its wait polls on.", wait.ti_id)
                     return
                 await asyncio.sleep(0.5 * (attempt + 1))
-        self._woken[wait.trigger_id] = None
+        self._woken[wait.deferral] = None
         while len(self._woken) > 10_000:
             self._woken.popitem(last=False)
         if applied:
             log.info(
-                "Woke task instance %s (%s, execution %s).", wait.ti_id, kind, wait.kwargs.get("kickoff_id")
+                "Woke task instance %s (%s webhook, execution %s).",
+                wait.ti_id,
+                kind,
+                wait.kwargs.get("kickoff_id"),
             )
 
 
@@ -314,8 +328,9 @@ def create_app() -> FastAPI:
         if body is None:
             return JSONResponse({"detail": f"Body over {MAX_BODY_BYTES} bytes."}, status_code=413)
         kickoff_id = execution_of(body)
-        if kickoff_id is not None:
-            await waker.webhook(kind, dag_id, run_id, kickoff_id)
-        return JSONResponse({"accepted": True}, status_code=202)
+        # How many waits this webhook will wake: its sender holds the run's token, and it is what tells
+        # a crew operator (and the tests) that a webhook found nothing to wake.
+        waking = 0 if kickoff_id is None else await waker.webhook(kind, dag_id, run_id, kickoff_id)
+        return JSONResponse({"accepted": True, "waking": waking}, status_code=202)
 
     return app

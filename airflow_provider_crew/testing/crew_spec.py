@@ -69,6 +69,9 @@ class CrewSpec:
     step_seconds: float = DEFAULT_STEP_SECONDS
     # Fault rules (dicts in the FaultRule.from_dict shape) armed whenever this crew is served.
     faults: tuple[Mapping[str, Any], ...] = ()
+    # Pause at human_input tasks even when the kickoff gave no human-input webhook (the contract says a
+    # crew pauses only with one; a service that ignores that is what this plays).
+    pause_without_webhook: bool = False
 
     @property
     def input_names(self) -> list[str]:
@@ -93,6 +96,7 @@ class CrewSpec:
             "pending_seconds": self.pending_seconds,
             "step_seconds": self.step_seconds,
             "faults": [dict(f) for f in self.faults],
+            "pause_without_webhook": self.pause_without_webhook,
             "tasks": [
                 {
                     "name": t.name,

@@ -118,26 +118,20 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
     _expect(isinstance(name, str) and bool(name), "crew.name", "must be a non-empty string")
     assert isinstance(name, str)
     _expect(re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None, "crew.name", "use letters, digits, _ . -")
-    known = {"name", "description", "inputs", "tasks", "pending_seconds", "step_seconds", "faults"}
+    known = {
+        "name",
+        "description",
+        "inputs",
+        "tasks",
+        "pending_seconds",
+        "step_seconds",
+        "faults",
+        "pause_without_webhook",
+    }
     unknown = sorted(set(data) - known)
     _expect(not unknown, f"crew {name}", f"unknown fields {unknown}")
 
-    inputs: list[CrewInput] = []
-    raw_inputs = data.get("inputs", [])
-    _expect(isinstance(raw_inputs, list), f"crew {name}.inputs", "must be a list")
-    for n, item in enumerate(raw_inputs):
-        where = f"crew {name}.inputs[{n}]"
-        if isinstance(item, str):
-            inputs.append(CrewInput(item))
-        elif isinstance(item, Mapping):
-            iname = item.get("name")
-            _expect(isinstance(iname, str) and bool(iname), where, "name must be a non-empty string")
-            assert isinstance(iname, str)
-            inputs.append(CrewInput(iname, bool(item.get("required", True)), item.get("default")))
-        else:
-            raise CrewDefinitionError(f"{where}: must be a name or an object with a name")
-    names = [i.name for i in inputs]
-    _expect(len(set(names)) == len(names), f"crew {name}.inputs", "duplicate input names")
+    inputs = _inputs_from_list(data.get("inputs", []), f"crew {name}.inputs")
 
     step_seconds = _number(data.get("step_seconds", DEFAULT_STEP_SECONDS), f"crew {name}.step_seconds")
     pending = _number(data.get("pending_seconds", DEFAULT_PENDING_SECONDS), f"crew {name}.pending_seconds")
@@ -157,6 +151,10 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
     )
     description = data.get("description", "")
     _expect(isinstance(description, str), f"crew {name}.description", "must be a string")
+    pause_without_webhook = data.get("pause_without_webhook", False)
+    _expect(
+        isinstance(pause_without_webhook, bool), f"crew {name}.pause_without_webhook", "must be true or false"
+    )
     return CrewSpec(
         name=name,
         tasks=tuple(tasks),
@@ -165,7 +163,28 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         pending_seconds=pending,
         step_seconds=step_seconds,
         faults=tuple(dict(f) for f in faults),
+        pause_without_webhook=pause_without_webhook,
     )
+
+
+def _inputs_from_list(raw_inputs: Any, where: str) -> list[CrewInput]:
+    _expect(isinstance(raw_inputs, list), where, "must be a list")
+    inputs: list[CrewInput] = []
+    for n, item in enumerate(raw_inputs):
+        if isinstance(item, str):
+            inputs.append(CrewInput(item))
+        elif isinstance(item, Mapping):
+            iname = item.get("name")
+            _expect(
+                isinstance(iname, str) and bool(iname), f"{where}[{n}]", "name must be a non-empty string"
+            )
+            assert isinstance(iname, str)
+            inputs.append(CrewInput(iname, bool(item.get("required", True)), item.get("default")))
+        else:
+            raise CrewDefinitionError(f"{where}[{n}]: must be a name or an object with a name")
+    names = [i.name for i in inputs]
+    _expect(len(set(names)) == len(names), where, "duplicate input names")
+    return inputs
 
 
 def _task_from_dict(item: Any, where: str) -> TaskSpec:

@@ -149,7 +149,7 @@ class Engine:
                 if outcome is None:
                     return  # failed
                 self._notify_task(ex, index, outcome)
-                if task.human_input and ex.human_input is not None:
+                if task.human_input and (ex.human_input is not None or ex.crew.pause_without_webhook):
                     waiter = self._pause(ex, index, outcome)
                     # resume() moves the state on (accept or retry) before waking us.
                     await waiter
@@ -250,7 +250,8 @@ class Engine:
         ex.status = PENDING_HUMAN_INPUT
         ex.touch()
         target = ex.human_input
-        assert target is not None
+        if target is None:
+            return waiter  # pausing without a webhook (pause_without_webhook): nobody is told
         # Paused before notifying: whoever gets the notification may resume straight away.
         ex.delivery_tail = self.sender.send(
             "human_input",

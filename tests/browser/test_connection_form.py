@@ -48,6 +48,8 @@ SAMPLE_VALUES: dict[str, Any] = {
     "max_response_bytes": 1048576,
     "status_path_style": "deployed",
     "execution_url_template": "https://app.example.test/executions/{kickoff_id}",
+    "wake_by_webhook": True,
+    "safety_poll_interval": 120,
 }
 # The toasts region: "Notifications, bottom-end (alt+T)" on 3.3, "bottom-end Notifications alt+T" on 3.2.
 NOTIFICATIONS = re.compile(r"\bNotifications\b")
@@ -393,6 +395,61 @@ def test_the_test_action_tells_ok_bad_token_and_unreachable(airflow_ui, steps):
     steps.shot("no-port", element=toast)
     steps.shot("connections-list-after-the-tests")
     assert service.request_count("kickoff") == 0
+
+
+# -- the webhook receiver ------------------------------------------------------------------------
+
+
+@needs_test_action
+def test_add_the_webhook_receiver_in_the_form_and_test_it_against_the_plugin(airflow_ui, steps):
+    """The receiver connection (docs/webhook-wake.md): its relabelled form, the key kept off the page,
+    and the Test action asking the provider's plugin on this very api-server."""
+    from playwright.sync_api import expect
+
+    airflow, _ = airflow_ui
+    key = "browser-receiver-key-" + "k" * 24
+    page = open_connections(steps, airflow)
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("textbox", name="Connection ID").fill("crew_webhook_receiver")
+    dialog.get_by_role("combobox", name="Connection Type").click()
+    page.get_by_role("option", name="Crew webhook receiver", exact=True).click()
+    host = dialog.get_by_role("textbox", name="Airflow address as crews reach it")
+    expect(host).to_have_attribute("placeholder", re.compile(r"^https://airflow\.example\.com"))
+    for hidden in ("Login", "Schema"):
+        expect(dialog.get_by_role("textbox", name=hidden, exact=True)).to_have_count(0)
+    host.fill("http://127.0.0.1")
+    dialog.get_by_role("spinbutton", name="Port").fill(str(airflow.port))
+    dialog.get_by_role("textbox", name="Key").fill(key)
+    steps.shot("receiver-form-filled")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog).to_be_hidden()
+    stored = airflow.api("GET", "/connections/crew_webhook_receiver")
+    assert (stored["conn_type"], stored["host"], stored["port"], stored["password"]) == (
+        "crew_webhook_receiver",
+        "http://127.0.0.1",
+        airflow.port,
+        "***",
+    )
+
+    page.mouse.move(5, 500)
+    connection_row(page, "crew_webhook_receiver").get_by_role("button", name="Edit Connection").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("textbox", name="Airflow address as crews reach it")).to_have_value(
+        "http://127.0.0.1"
+    )
+    expect(dialog.get_by_role("textbox", name="Key")).not_to_have_value(key)
+    assert key not in page.content()
+    steps.shot("receiver-reopened")
+    dialog.get_by_role("button", name="Close").click()
+
+    toast = expect_message(
+        click_test(page, "crew_webhook_receiver"),
+        "Test Connection Successful",
+        f"OK: the provider's plugin at {airflow.base_url}/crew-webhooks wakes waits with this key.",
+    )
+    steps.shot("receiver-test-action-ok", element=toast)
+    assert key not in page.content()
 
 
 # -- the REST client -----------------------------------------------------------------------------

@@ -26,7 +26,10 @@ PostgreSQL or Redis cannot be started or the extra is missing, unless ``CREW_DIS
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
+import secrets
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -97,11 +100,22 @@ def deployment(tmp_path: Path) -> Iterator[tuple[CeleryCluster, Any, dict[str, f
     try:
         with LocalCrewService(GATED_CREW) as service:
             env = {
-                **service.connection_env("crew_default"),
+                # The crews' webhooks wake the deferred waits, which poll only every 10 minutes as a
+                # safety net: once the crews are released, the waits end at the webhooks or not in time.
+                **service.connection_env("crew_default", wake_by_webhook=True, safety_poll_interval=600),
                 "CREW_DIST_DEFERRABLE": str(DEFERRABLE),
                 "CREW_DIST_BLOCKING": str(BLOCKING),
             }
             cluster = CeleryCluster(tmp_path / "home", DAGS, services, env, workers=2, triggerers=2)
+            receiver = json.dumps(
+                {
+                    "conn_type": "crew_webhook_receiver",
+                    "host": cluster.base_url,
+                    "password": secrets.token_urlsafe(32),
+                }
+            )
+            for component_env in (cluster.env, *(c.env for c in cluster.components.values())):
+                component_env["AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER"] = receiver
             try:
                 mark = time.monotonic()
                 cluster.migrate()
@@ -258,6 +272,10 @@ def _run_scenario(cluster: CeleryCluster, service: Any, timings: dict[str, float
 
     final_state = wait_for(run_finished, timeout=FINISH_TIMEOUT, interval=2, what="the DAG run to finish")
     timings["finish after release"] = time.monotonic() - released
+    # The deferred waits ended at the crews' webhooks (their safety poll is 10 minutes away), each woken
+    # once, also those the surviving triggerer took over from the killed one.
+    woken = re.findall(r"Woke task instance (\S+) \(crew webhook", cluster.log_tail("api-server", 10**8))
+    assert len(woken) == len(set(woken)) == DEFERRABLE, woken
     final = {(ti["task_id"], ti["map_index"]): ti for ti in cluster.task_instances(DAG_ID, run_id)}
     assert final_state == "success", {key: ti["state"] for key, ti in final.items()}
     assert {ti["state"] for ti in final.values()} == {"success"}

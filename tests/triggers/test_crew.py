@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import random
 import threading
@@ -289,6 +290,41 @@ async def test_run_fires_timeout_at_the_deadline(crew_service, connect, poll_end
     assert event.record["state"] == "PAUSED"  # the last status seen travels with the event
     assert "Timed out" in event.message and "was not stopped" in event.message
     assert crew_service.request_count("status") == len(poll_ends) >= 1
+
+
+@pytest.mark.integration
+async def test_a_wait_woken_by_webhook_polls_once_soon_then_on_the_safety_interval(
+    crew_service, connect, poll_ends
+):
+    """With webhook wake the trigger only backs the webhooks up: one early look, then slow polls."""
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED")  # only the deadline ends a wait for completion
+    trigger = make_trigger(kickoff_id, conn_id="crew_review", deadline_in=2.5, poll_interval=0.2)
+    trigger.safety_poll_interval = 1.0
+    started = time.time()
+
+    event = await run_trigger(trigger)
+
+    assert event.outcome is Outcome.TIMEOUT
+    offsets = [end - started for end in poll_ends]
+    # The first look within one poll_interval, then 0.8-1.0 s apart (the jittered safety interval):
+    # without the safety interval the same wait would poll every 0.05-0.2 s, a dozen times or more.
+    assert offsets[0] <= 0.4, offsets
+    gaps = [later - earlier for earlier, later in itertools.pairwise(offsets)]
+    assert all(0.75 <= gap <= 1.3 for gap in gaps[:-1]) and gaps[-1] <= 1.3, (
+        offsets
+    )  # the last: at the deadline
+    assert 2 <= len(offsets) <= 4, offsets
+
+
+def test_a_trigger_is_rebuilt_from_stored_kwargs_of_another_release():
+    kwargs = make_trigger("k-1").serialize()[1]
+    rebuilt = CrewStatusTrigger.from_kwargs({**kwargs, "argument_of_a_newer_release": 1})
+    assert rebuilt.serialize()[1] == kwargs
+    assert "safety_poll_interval" in kwargs and kwargs["safety_poll_interval"] == 0.0
 
 
 @pytest.mark.integration

@@ -49,8 +49,17 @@ def not_found() -> CrewNotFoundError:
 
 def run(responses, *, wait_for=WaitFor.COMPLETION, timeout=600.0, grace=60.0, clock=None, seen=False):
     clock = clock or FakeClock()
-    poller = Poller("k1", wait_for=wait_for, deadline=clock.now + timeout, not_found_deadline=clock.now + grace,
-                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock, execution_seen=seen)
+    poller = Poller(
+        "k1",
+        wait_for=wait_for,
+        deadline=clock.now + timeout,
+        not_found_deadline=clock.now + grace,
+        poll_interval=2.0,
+        max_poll_interval=15.0,
+        log=log,
+        clock=clock,
+        execution_seen=seen,
+    )
     feed = iter(responses)
     calls: list[str] = []
 
@@ -97,11 +106,14 @@ def test_404s_are_tolerated_within_the_grace_window_then_reported():
 
 def test_a_404_after_the_execution_was_seen_ends_the_wait_at_once_saying_the_service_lost_it():
     # Well inside the grace: before, the 404 was taken for "still queued" and polled through.
-    result, calls, clock = run([status("RUNNING", progress={"completed": 1, "total": 3}), not_found(),
-                                status("SUCCESS")], grace=600)
+    result, calls, clock = run(
+        [status("RUNNING", progress={"completed": 1, "total": 3}), not_found(), status("SUCCESS")], grace=600
+    )
     assert (result.outcome, len(calls)) == (Outcome.NOT_FOUND, 2)
-    assert result.message.startswith("The crew service no longer knows execution k1: it answered for this "
-                                     "kickoff_id before (last seen: RUNNING - task 2 of 3) but now answers 404")
+    assert result.message.startswith(
+        "The crew service no longer knows execution k1: it answered for this "
+        "kickoff_id before (last seen: RUNNING - task 2 of 3) but now answers 404"
+    )
     assert result.last_status.raw_state == "RUNNING"
     assert clock.now < 1000 + 600
 
@@ -116,8 +128,16 @@ def test_a_wait_told_the_execution_was_seen_fails_its_first_404():
 
 def test_seeing_the_execution_ends_the_grace_in_the_deadline_handed_to_a_trigger():
     clock = FakeClock()
-    poller = Poller("k", wait_for=WaitFor.COMPLETION, deadline=clock.now + 600, not_found_deadline=clock.now + 60,
-                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+    poller = Poller(
+        "k",
+        wait_for=WaitFor.COMPLETION,
+        deadline=clock.now + 600,
+        not_found_deadline=clock.now + 60,
+        poll_interval=2.0,
+        max_poll_interval=15.0,
+        log=log,
+        clock=clock,
+    )
     poller.step(not_found())
     assert (poller.execution_seen, poller.not_found_deadline) == (False, 1060)
     clock.sleep(5)
@@ -141,8 +161,16 @@ def test_seeing_the_execution_ends_the_grace_in_the_deadline_handed_to_a_trigger
     ],
 )
 def test_decide_is_one_pure_rule_table(polled, now, seen, expected):
-    verdict = decide(polled, kickoff_id="k", wait_for=WaitFor.COMPLETION, now=now, deadline=1600.0,
-                     not_found_deadline=1060.0, execution_seen=seen, last_status=None)
+    verdict = decide(
+        polled,
+        kickoff_id="k",
+        wait_for=WaitFor.COMPLETION,
+        now=now,
+        deadline=1600.0,
+        not_found_deadline=1060.0,
+        execution_seen=seen,
+        last_status=None,
+    )
     assert (verdict.outcome if verdict else None) is expected
 
 
@@ -176,8 +204,16 @@ def test_timeout_reports_the_last_status_seen_and_never_sleeps_past_the_deadline
 
 def test_poll_interval_grows_with_jitter_up_to_the_maximum_and_resets_on_change():
     clock = FakeClock()
-    poller = Poller("k", wait_for=WaitFor.COMPLETION, deadline=clock.now + 10_000, not_found_deadline=0,
-                    poll_interval=2.0, max_poll_interval=15.0, log=log, clock=clock)
+    poller = Poller(
+        "k",
+        wait_for=WaitFor.COMPLETION,
+        deadline=clock.now + 10_000,
+        not_found_deadline=0,
+        poll_interval=2.0,
+        max_poll_interval=15.0,
+        log=log,
+        clock=clock,
+    )
     delays = [poller.step(status("RUNNING")) for _ in range(12)]
     assert delays[0] == 2.0
     assert all(isinstance(d, float) and d <= 15.0 for d in delays)
@@ -195,8 +231,12 @@ def test_state_changes_are_logged_once_not_per_poll(caplog):
 def test_event_round_trip_and_validation():
     result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", last_status=status("SUCCESS", result="r"))
     payload = CrewWaitEvent.from_result("k1", result).payload()
-    assert payload == {"outcome": "succeeded", "kickoff_id": "k1", "message": "ok",
-                       "record": {"state": "SUCCESS", "result": "r"}}
+    assert payload == {
+        "outcome": "succeeded",
+        "kickoff_id": "k1",
+        "message": "ok",
+        "record": {"state": "SUCCESS", "result": "r"},
+    }
     back = CrewWaitEvent.parse(payload).to_result()
     assert (back.outcome, back.last_status.output) == (Outcome.SUCCEEDED, "r")
     for bad in (None, "x", {"status": "exploded", "kickoff_id": "k", "message": ""}, {"kickoff_id": "k"}):
@@ -206,8 +246,12 @@ def test_event_round_trip_and_validation():
 
 def test_an_event_from_a_trigger_of_the_previous_release_still_parses():
     # A task deferred before an upgrade resumes with the event its old trigger stored: "status" held the outcome.
-    stored = {"status": "paused", "kickoff_id": "k1", "message": "m",
-              "record": {"state": "PAUSED", "last_executed_task": {"task_id": "t", "output": "o"}}}
+    stored = {
+        "status": "paused",
+        "kickoff_id": "k1",
+        "message": "m",
+        "record": {"state": "PAUSED", "last_executed_task": {"task_id": "t", "output": "o"}},
+    }
     result = CrewWaitEvent.parse(stored).to_result()
     assert (result.outcome, result.last_status.paused_task_id) == (Outcome.PAUSED, "t")
 
@@ -218,5 +262,7 @@ def test_wait_result_rejects_the_old_field_name():
 
 
 def test_unknown_wait_target_is_named():
-    with pytest.raises(ValueError, match="wait_for='forever' is not known; use one of 'completion', 'human_input'"):
+    with pytest.raises(
+        ValueError, match="wait_for='forever' is not known; use one of 'completion', 'human_input'"
+    ):
         WaitFor.parse("forever")

@@ -1,0 +1,257 @@
+"""The api-server plugin's app, on its own: who gets in, what it reads, when it wakes, how often.
+
+Its database side (finding the deferred waits, resuming one under a row lock) is replaced here by
+recorders, to hold the timing and counting rules to a few hundred milliseconds; the real thing, on
+a real api-server and database, is tests/e2e/test_webhook_wake_e2e.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import pytest
+
+from airflow_provider_crew.hooks.webhook_receiver import (
+    CrewWebhookReceiverHook,
+    key_check,
+    run_token,
+    wake_path,
+)
+from airflow_provider_crew.plugins import webhook_app
+from airflow_provider_crew.plugins.webhook_app import MAX_BODY_BYTES, Wait, create_app, execution_of
+from airflow_provider_crew.testing import wait_until
+
+KEY = "plugin-test-key-" + "k" * 20
+OLD_KEY = "plugin-test-old-key-" + "o" * 20
+DAG, RUN = "wake_dag", "manual__2026-11-24T02:09:28+00:00"
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    def define(password: str = KEY, host: str = "http://127.0.0.1:8080") -> None:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER",
+            json.dumps({"conn_type": "crew_webhook_receiver", "host": host, "password": password}),
+        )
+
+    define()
+    return define
+
+
+@pytest.fixture
+def database(monkeypatch):
+    """Recorders in place of the plugin's two database calls."""
+    calls: dict[str, list[Any]] = {"find": [], "apply": []}
+    waits: list[Wait] = []
+
+    def find_waits(dag_id, run_id, kickoff_id, kind):
+        calls["find"].append((dag_id, run_id, kickoff_id, kind))
+        return [w for w in waits if w.kwargs["kickoff_id"] == kickoff_id]
+
+    def apply_wake(wait, payload):
+        calls["apply"].append((time.time(), wait, payload))
+        return True
+
+    monkeypatch.setattr(webhook_app, "find_waits", find_waits)
+    monkeypatch.setattr(webhook_app, "apply_wake", apply_wake)
+    return calls, waits
+
+
+@pytest.fixture
+def client(receiver, database):
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app()) as client:
+        yield client
+
+
+def post(client, body: Any, *, token: str | None, kind: str = "crew", run_id: str = RUN, basic: bool = True):
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = (
+            "Basic " + base64.b64encode(f"wake:{token}".encode()).decode() if basic else f"Bearer {token}"
+        )
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    path = wake_path(kind, DAG, run_id).removeprefix("/crew-webhooks")
+    return client.post(path, content=data, headers=headers)
+
+
+def wait_of(kickoff_id: str, *, not_before: float, wait_for: str = "completion") -> Wait:
+    return Wait(
+        "ti-1",
+        7,
+        {"kickoff_id": kickoff_id, "wait_for": wait_for, "not_before": not_before, "deadline": 1e10},
+    )
+
+
+# -- who gets in ---------------------------------------------------------------------------------------
+
+
+def test_health_says_it_can_wake_and_proves_its_key(client):
+    answer = client.get("/v1/health", params={"nonce": "abc"}).json()
+    assert answer["plugin"] == "airflow-provider-crew" and answer["wake"] is True and answer["reason"] is None
+    assert answer["key_check"] == key_check(KEY, "abc")
+    assert KEY not in json.dumps(answer)
+
+
+def test_health_without_the_receiver_connection_says_why(monkeypatch, database):
+    from fastapi.testclient import TestClient
+
+    monkeypatch.delenv("AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER", raising=False)
+    with TestClient(create_app()) as client:
+        answer = client.get("/v1/health").json()
+    assert answer["wake"] is False and "'crew_webhook_receiver' is not defined" in answer["reason"]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        None,
+        "",
+        "x" * 43,
+        run_token(KEY, DAG, "another-run"),
+        run_token(KEY, "another-dag", RUN),
+        run_token("z" * 30, DAG, RUN),
+    ],
+)
+def test_a_wrong_token_gets_404_and_touches_nothing(client, database, token):
+    calls, _ = database
+    response = post(client, {"kickoff_id": "k-1"}, token=token)
+    assert response.status_code == 404 and response.json() == {"detail": "Not Found"}
+    assert calls == {"find": [], "apply": []}
+
+
+def test_an_unknown_kind_gets_404(client, database):
+    assert post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN), kind="step").status_code == 404
+    assert database[0]["find"] == []
+
+
+def test_the_runs_token_as_basic_password_or_bearer_is_accepted(client, database):
+    token = run_token(KEY, DAG, RUN)
+    assert post(client, {"kickoff_id": "k-1"}, token=token).status_code == 202
+    assert post(client, {"execution_id": "k-2"}, token=token, kind="human", basic=False).status_code == 202
+    assert database[0]["find"] == [(DAG, RUN, "k-1", "crew"), (DAG, RUN, "k-2", "human")]
+
+
+def test_a_key_being_rotated_out_still_opens_its_runs(client, receiver, database):
+    old_address = run_token(OLD_KEY, DAG, RUN)
+    assert post(client, {"kickoff_id": "k-1"}, token=old_address).status_code == 404
+    receiver(password=f"{KEY} {OLD_KEY}")
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app()) as rotated:  # a fresh app reads the connection again
+        assert post(rotated, {"kickoff_id": "k-1"}, token=old_address).status_code == 202
+
+
+# -- what it reads -------------------------------------------------------------------------------------
+
+
+def test_a_body_over_the_cap_is_refused_unread(client, database):
+    token = run_token(KEY, DAG, RUN)
+    big = json.dumps({"kickoff_id": "k-1", "result": "x" * MAX_BODY_BYTES}).encode()
+    response = post(client, big, token=token)
+    assert response.status_code == 413 and database[0]["find"] == []
+
+
+@pytest.mark.parametrize(
+    "body", [b"", b"not json", b"[1, 2]", b'{"kickoff_id": 7}', b'{"result": "no id"}', b"[" * 100_000]
+)
+def test_a_body_without_an_execution_wakes_nothing(client, database, body):
+    assert post(client, body, token=run_token(KEY, DAG, RUN)).status_code == 202
+    assert database[0]["find"] == []
+
+
+def test_the_execution_is_read_from_kickoff_id_or_execution_id():
+    assert execution_of(b'{"kickoff_id": "a", "execution_id": "b"}') == "a"
+    assert execution_of(b'{"execution_id": "b", "task_id": "t"}') == "b"
+    assert execution_of(json.dumps({"kickoff_id": "x" * 201}).encode()) is None
+
+
+# -- when and how often it wakes ----------------------------------------------------------------------
+
+
+def test_a_wake_is_held_until_the_triggers_own_hold_and_applied_once(client, database):
+    calls, waits = database
+    not_before = time.time() + 0.6
+    waits.append(wait_of("k-1", not_before=not_before))
+    token = run_token(KEY, DAG, RUN)
+    answers = [post(client, {"kickoff_id": "k-1"}, token=token) for _ in range(5)]  # sent again and again
+    assert [(a.status_code, a.json()["waking"]) for a in answers] == [(202, 1)] + [(202, 0)] * 4
+    assert len(calls["find"]) == 1  # one lookup for the repeats
+    wait_until(lambda: calls["apply"], timeout=10)
+    assert len(calls["apply"]) == 1
+    applied_at, wait, payload = calls["apply"][0]
+    assert applied_at >= not_before
+    assert payload["outcome"] == "woken" and payload["kickoff_id"] == "k-1"
+    assert payload["wait"] == wait.kwargs and payload["message"] == "Woken by the crew's completion webhook."
+
+
+def test_a_lookup_made_again_later_does_not_wake_a_deferral_twice(client, database, monkeypatch):
+    calls, waits = database
+    waits.append(wait_of("k-1", not_before=0))
+    token = run_token(KEY, DAG, RUN)
+    assert post(client, {"kickoff_id": "k-1"}, token=token).json()["waking"] == 1
+    wait_until(lambda: calls["apply"], timeout=10)
+    monkeypatch.setattr(webhook_app, "LOOKUP_DEDUP_SECONDS", 0.0)  # the shared lookup has expired
+    again = post(client, {"kickoff_id": "k-1"}, token=token)
+    assert len(calls["find"]) == 2  # looked up again...
+    assert again.json()["waking"] == 0 and len(calls["apply"]) == 1  # ...the same deferral: woken already
+
+
+# -- the worker's check, over real HTTP ----------------------------------------------------------------
+
+
+@pytest.fixture
+def served(webhook_plugin, database):
+    webhook_plugin.define_receiver(password=KEY)
+    return str(webhook_plugin)
+
+
+def test_the_worker_finds_the_plugin_with_the_same_key(served):
+    assert CrewWebhookReceiverHook().health() == (True, "")
+
+
+def test_the_worker_notices_another_key_on_the_api_server(served, monkeypatch):
+    import requests
+
+    requests.get(f"{served}/crew-webhooks/v1/health", timeout=10)  # the api-server reads its key now
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER",
+        json.dumps({"conn_type": "crew_webhook_receiver", "host": served, "password": "another-" + KEY}),
+    )
+    usable, why = CrewWebhookReceiverHook().health()
+    assert not usable and "holds another key" in why
+
+
+def test_the_worker_notices_no_plugin_behind_the_address(monkeypatch):
+    from airflow_provider_crew.hooks import webhook_receiver
+    from airflow_provider_crew.testing import LocalCrewService
+
+    webhook_receiver._health_cache.clear()
+    with LocalCrewService() as elsewhere:  # an HTTP server that is not the plugin
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER",
+            json.dumps({"conn_type": "crew_webhook_receiver", "host": elsewhere.base_url, "password": KEY}),
+        )
+        usable, why = CrewWebhookReceiverHook().health()
+    assert not usable and "without the provider's plugin behind it" in why
+
+
+def test_the_test_action_asks_the_plugin_and_never_names_the_connection(served, monkeypatch):
+    ok, message = CrewWebhookReceiverHook().test_connection()
+    assert ok and message.startswith(f"OK: the provider's plugin at {served}/crew-webhooks wakes waits")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER",
+        json.dumps({"conn_type": "crew_webhook_receiver", "host": served, "password": "another-" + KEY}),
+    )
+    ok, message = CrewWebhookReceiverHook().test_connection()
+    assert not ok and "holds another key" in message
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_RANDOM_TEST_ID",
+        json.dumps({"conn_type": "crew_webhook_receiver", "host": served, "password": "short"}),
+    )
+    ok, message = CrewWebhookReceiverHook("random_test_id").test_connection()
+    assert not ok and "at least 24 characters" in message and "random_test_id" not in message
