@@ -2,7 +2,7 @@
 # Create (or update) a virtual environment with the provider, its test tools and Airflow.
 #   VENV=.venv             where to put it
 #   AIRFLOW_VERSION=       an Airflow 3.x version to pin (default: the newest 3.x)
-#   EXTRAS=dev,openlineage the provider's extras to install (the tests use both)
+#   EXTRAS=dev,openlineage,ai  the provider's extras to install (the tests use all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -25,5 +25,5 @@ fi
 # Byte code compiled at install (as pip does; uv does not by default): with PYTHONDONTWRITEBYTECODE
 # set, every Airflow process the tests start would otherwise compile Airflow again (1.5 s each here).
 "$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" "${constraints[@]}" \
-  "$airflow_spec" -e ".[${EXTRAS:-dev,openlineage}]"
+  "$airflow_spec" -e ".[${EXTRAS:-dev,openlineage,ai}]"
 "$VENV/bin/python" -c "import airflow, airflow_provider_crew; print(f'Airflow {airflow.__version__}, airflow-provider-crew {airflow_provider_crew.__version__} in $VENV')"

@@ -111,6 +111,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         the kickoff returns at a pause, so pulling it then gives ``None``.
     :xcom human_input: When the wait ends at a pause (``on_human_input="return"``):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
+        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
     :xcom status: When waiting: the last status record, as the service sent it.
     :xcom execution_url: The execution's page, when the connection has an execution page URL
         template; pushed right after the kickoff. The task's "Crew execution" link opens it.

@@ -84,6 +84,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :xcom output: With ``wait_for``, when the execution finished: its final output.
     :xcom human_input: With ``wait_for="human_input"``, when the execution paused again:
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
+        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
     :xcom status: With ``wait_for``: the last status record.
     :xcom resume: With ``wait_for``: the ``/resume`` answer, kept across a deferral.
     :xcom execution_url: The execution's page, when the connection has an execution page URL

@@ -28,6 +28,8 @@ class CrewReviewResultOperator(ReviewTaskBase):
     :xcom kickoff_id: The execution.
     :xcom execution_url: The execution's page, when the connection has an execution page URL.
     :xcom review_history: Every round's record, in order.
+    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
+        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
     :xcom status: The last status record.
     """
 

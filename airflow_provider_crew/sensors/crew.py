@@ -62,6 +62,8 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     :xcom output: When the execution finished: its final output, a ``dict`` for structured output.
     :xcom human_input: With ``wait_for="human_input"``, when the execution paused:
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
+        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
     :xcom status: The last status record, as the service sent it.
     :xcom execution_url: The execution's page, when the connection has an execution page URL
         template; pushed before waiting. The task's "Crew execution" link opens it.

@@ -54,6 +54,7 @@ XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
+XCOM_USAGE = "usage"
 
 DEFAULT_TIMEOUT = timedelta(hours=24)
 OUTPUT_LOG_LIMIT = 2000
@@ -411,6 +412,9 @@ class CrewWaitMixin:
             ti.xcom_push(key=XCOM_HUMAN_INPUT, value=value)
             return value
         output = status.output if status is not None else None
+        if status is not None and status.usage is not None:
+            # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
+            ti.xcom_push(key=XCOM_USAGE, value=status.usage)
         self.log.info(
             "Crew execution %s succeeded. Output:\n%s",
             kickoff_id,

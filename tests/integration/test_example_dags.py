@@ -53,6 +53,18 @@ def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
     assert output == run.xcom("wait_for_crew", key="output") == execution["result"]
     assert "tidal energy" in output
     assert crew_service.request_count("kickoff") == 1
+    # The crew's token counts, in the shape of common.ai's usage XCom (for cost dashboards built on it).
+    usage = execution["usage_metrics"]
+    assert run.xcom("wait_for_crew", key="usage") == {
+        "requests": usage["successful_requests"],
+        "input_tokens": usage["prompt_tokens"],
+        "output_tokens": usage["completion_tokens"],
+        "total_tokens": usage["total_tokens"],
+        "tool_calls": None,
+        "cache_read_tokens": usage.get("cached_prompt_tokens"),
+        "cache_write_tokens": None,
+        "cost": None,
+    }
 
 
 @SLOW_ENOUGH_TO_DEFER
