@@ -19,7 +19,9 @@ measures:
 - errors: waits that ended (every execution runs for an hour, so any event is an error), tasks
   that raised, and warnings logged.
 
-Variants: ``crew`` (CrewStatusTrigger, default poll intervals: 2 s growing to 15 s) and ``http``
+Variants: ``crew`` (CrewStatusTrigger, default poll intervals: 2 s growing to 15 s), ``wake``
+(CrewStatusTrigger as webhook wake defers it: one look after the first interval, then a safety
+poll every 300 s; the webhooks that end these waits come through the api-server, not this loop) and ``http``
 (Airflow's HttpSensorTrigger polling a URL that answers 404, every ``--http-interval`` seconds, a
 new aiohttp session per poll as it does). Needs ``apache-airflow-providers-http`` (and
 ``requests-toolbelt``) importable; ``--http-path`` adds a ``pip install --target`` directory.
@@ -115,8 +117,11 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
     logging.getLogger().addHandler(Count(logging.WARNING))
     ids: list[str] = json.loads(os.environ["BENCH_IDS"])
     n = args.n
-    if args.variant == "crew":
+    if args.variant in ("crew", "wake"):
         from airflow_provider_crew.triggers import crew as module
+
+        # "wake": the wait as webhook wake defers it: a first look, then a safety poll every 300 s.
+        safety = 300.0 if args.variant == "wake" else 0.0
 
         def build(i: int) -> Any:
             now = time.time()
@@ -127,6 +132,7 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
                 deadline=now + 3600,
                 not_found_deadline=now + 60,
                 execution_seen=True,
+                safety_poll_interval=safety,
             )
     else:
         if args.http_path:
@@ -159,6 +165,9 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
     gc_runs: list[float] = []
     gc_started = [0.0]
 
+    gc_at: list[tuple[float, float]] = []  # (seconds into the run, milliseconds) of each full GC
+    wall0 = time.monotonic()  # set again when the run starts
+
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if info["generation"] != 2:
             return
@@ -166,6 +175,7 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
             gc_started[0] = time.perf_counter()
         else:
             gc_runs.append(time.perf_counter() - gc_started[0])
+            gc_at.append((time.monotonic() - wall0, gc_runs[-1] * 1000))
 
     gc.callbacks.append(on_gc)
     rss0, fds0 = _rss_bytes(), _open_fds()
@@ -173,15 +183,18 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
     clock = CycleClock(asyncio, time.monotonic())
     module.asyncio = clock  # type: ignore[attr-defined]
     lags: list[float] = []
+    slow: list[tuple[float, float]] = []  # (seconds into the run, milliseconds) of lags over 50 ms
 
     async def lag_probe() -> None:
         while True:
             expected = loop.time() + LAG_TICK
             await asyncio.sleep(LAG_TICK)
             lags.append(loop.time() - expected)
+            if lags[-1] > 0.05:
+                slow.append((time.monotonic() - wall0, lags[-1] * 1000))
 
-    probe = asyncio.ensure_future(lag_probe())
     cpu0, wall0 = time.process_time(), time.monotonic()
+    probe = asyncio.ensure_future(lag_probe())
     tasks = []
     for i in range(n):
         tasks.append(asyncio.ensure_future(_drain(build(i).run())))
@@ -220,6 +233,8 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_share": cpu / wall,
         "full_gcs": len(gc_runs),
         "gc_max_ms": max(gc_runs, default=0.0) * 1000,
+        "slow_lags": [(round(t, 1), round(ms)) for t, ms in slow][:20],
+        "full_gcs_at": [(round(t, 1), round(ms)) for t, ms in gc_at][:20],
         "errors": ended + raised + warnings,
         "error_detail": f"ended={ended} raised={raised} warnings={warnings} {first_error}"[:300],
     }
@@ -380,6 +395,9 @@ def main() -> int:
                 _print_row(rows[len(rows) // 2])
         for (variant, n), rows in results.items():
             for r in rows:
+                if r["slow_lags"]:
+                    print(f"{variant} N={n}: lags over 50 ms (s into the run, ms): {r['slow_lags']}")
+                    print(f"{variant} N={n}: full GCs (s into the run, ms): {r['full_gcs_at']}")
                 if r["errors"]:
                     print(f"{variant} N={n}: {r['error_detail']}")
         for n in sizes:

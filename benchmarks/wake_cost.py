@@ -27,7 +27,6 @@ import secrets
 import statistics
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-DAG_FILE = '''
+DAG_FILE = """
 import pendulum
 from airflow.sdk import DAG
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
@@ -45,7 +44,7 @@ for conn_id in {conn_ids!r}:
              catchup=False, max_active_runs=50):
         CrewKickoffOperator(task_id="kickoff", crew_conn_id=conn_id, inputs={{"topic": "tides"}},
                             deferrable=True)
-'''
+"""
 
 
 def crew(minutes: float) -> dict[str, Any]:
@@ -54,7 +53,9 @@ def crew(minutes: float) -> dict[str, Any]:
         "name": f"crew_{minutes:g}m".replace(".", "_"),
         "inputs": ["topic"],
         "pending_seconds": 0.2,
-        "tasks": [{"name": "only_task", "agent": "Worker", "steps": steps, "step_seconds": minutes * 60 / steps}],
+        "tasks": [
+            {"name": "only_task", "agent": "Worker", "steps": steps, "step_seconds": minutes * 60 / steps}
+        ],
     }
 
 
@@ -63,7 +64,9 @@ def parse_time(value: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", default="1,10", help="crew lengths in minutes, comma-separated")
     parser.add_argument("--runs", type=int, default=3, help="DAG runs per crew length and mode")
     args = parser.parse_args()
@@ -88,9 +91,15 @@ def main() -> None:
         airflow = AirflowStack(tmp / "home", dags, {"AIRFLOW__CORE__PARALLELISM": "64"})
         for (name, mode), conn_id in conn_ids.items():
             extra: dict[str, Any] = {"wake_by_webhook": True} if mode == "wake" else {}
-            airflow.env.update(service.connection_env(conn_id, crew=name, status_path_style="contract", **extra))
+            airflow.env.update(
+                service.connection_env(conn_id, crew=name, status_path_style="contract", **extra)
+            )
         airflow.env["AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER"] = json.dumps(
-            {"conn_type": "crew_webhook_receiver", "host": airflow.base_url, "password": secrets.token_urlsafe(32)}
+            {
+                "conn_type": "crew_webhook_receiver",
+                "host": airflow.base_url,
+                "password": secrets.token_urlsafe(32),
+            }
         )
         try:
             airflow.migrate()
@@ -127,7 +136,7 @@ def main() -> None:
             latencies = [lat for _, lat, _ in got]
             states = ",".join(sorted({s for _, _, s in got}))
             print(
-                f"{spec['name']:<8} {mode:<5} {len(got):>4}  {str(reads):<24} "
+                f"{spec['name']:<8} {mode:<5} {len(got):>4}  {reads!s:<24} "
                 f"{statistics.median(latencies):>20.1f} {max(latencies):>5.1f}   {states}"
             )
 

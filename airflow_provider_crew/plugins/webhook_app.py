@@ -302,7 +302,11 @@ def create_app() -> FastAPI:
     """The plugin's FastAPI app."""
     app = FastAPI(title="Crew webhooks", docs_url=None, redoc_url=None, openapi_url=None)
     waker, keys, missing = Waker(), ReceiverKeys(), internals_missing()
-    not_found = JSONResponse({"detail": "Not Found"}, status_code=404)
+
+    def not_found() -> JSONResponse:
+        # A new response each time: the api-server's middleware (gzip) edits a response's headers in
+        # place, and a shared one would carry "content-encoding: gzip" to the next, plain, answer.
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
 
     @app.get(f"/{API_VERSION}/health")
     def health(nonce: str | None = None) -> dict[str, Any]:
@@ -319,9 +323,9 @@ def create_app() -> FastAPI:
         config, _ = await keys.aget()
         token = presented_token(request.headers.get("authorization"))
         if kind not in KINDS or config is None or token is None:
-            return not_found
+            return not_found()
         if not token_matches(config.keys, dag_id, run_id, token):
-            return not_found
+            return not_found()
         if missing is not None:
             return JSONResponse({"detail": "This Airflow cannot wake waits."}, status_code=503)
         body = await read_capped(request)

@@ -20,6 +20,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +32,24 @@ import requests
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 T = TypeVar("T")
+
+
+# On the components' PYTHONPATH: modules their configuration names, alone in their folder so that
+# nothing else here shadows a top-level import.
+AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
+
+# What Airflow on SQLite and 2 CPUs needs under load (the fault suite's hundred task processes, the
+# wake soak's 50 runs). A component whose write waits longer than sqlite3's 5 s for the lock exits
+# ("database is locked"): wait up to 30 s (airflow_path/sqlite_connect_args.py), and in WAL mode
+# (:meth:`AirflowStack.use_wal`) readers never block the one writer. Task processes then wait up to
+# 60 s for the api-server's answer instead of 5 s, as Airflow's docs advise under high load, instead
+# of failing their task after 5 tries.
+LOAD_SETTINGS = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(AIRFLOW_PATH), os.environ.get("PYTHONPATH")])),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "sqlite_connect_args.CONNECT_ARGS",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "sqlite_connect_args.CONNECT_ARGS",
+    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+}
 
 
 def free_port() -> int:
@@ -128,6 +147,12 @@ class AirflowStack:
         if done.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
+    def use_wal(self) -> None:
+        """Switch the SQLite database to WAL mode (the file keeps it): for a stack under load."""
+        with contextlib.closing(sqlite3.connect(self.home / "airflow.db")) as database:
+            mode = database.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        assert mode == "wal", f"SQLite refused WAL mode: {mode}"
+
     def start(self, components: Sequence[str] = COMPONENTS) -> None:
         """Start ``components`` (default: all four); with the api-server, wait for it and log in.
 
@@ -141,7 +166,7 @@ class AirflowStack:
             args = [self.airflow, component]
             if component == "api-server":
                 args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
-            log = (self.home / "logs" / f"{component}.log").open("wb")
+            log = (self.home / "logs" / f"{component}.log").open("ab")  # a restart adds to the log
             self.processes[component] = subprocess.Popen(
                 args,
                 env=self.env,

@@ -29,7 +29,7 @@ import requests
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.hooks.webhook_receiver import run_token, wake_path
 
-from .airflow_stack import AirflowStack, wait_for
+from .airflow_stack import LOAD_SETTINGS, AirflowStack, _signal_group, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -67,6 +67,7 @@ CREWS = [
     review_crew("review_b", outline=12),
     *(crew(f"soak_{n}", work("only_task", max(n - 0.2, 0.5)), pending=0.1) for n in (2, 10, 20, 30, 40)),
 ]
+SOAK_CREWS = ("soak_2", "soak_10", "soak_20", "soak_30", "soak_40")  # as in dags/crew_wake.py
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,8 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         path.write_text(json.dumps(spec))
         crew_files.append(path)
     with CrewServiceProcess(crew_files) as service:
-        airflow = AirflowStack(tmp / "home", dags, {"AIRFLOW__CORE__PARALLELISM": "16"})
+        # 50 runs at once in the soak: SQLite tuned for load, as in the fault suite.
+        airflow = AirflowStack(tmp / "home", dags, {**LOAD_SETTINGS, "AIRFLOW__CORE__PARALLELISM": "16"})
         key = secrets.token_urlsafe(32)
         for spec in CREWS:
             name = spec["name"]
@@ -103,6 +105,7 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         airflow.key = key  # type: ignore[attr-defined]
         try:
             airflow.migrate()
+            airflow.use_wal()
             airflow.start()
             health = requests.get(f"{airflow.base_url}/crew-webhooks/v1/health", timeout=10).json()
             assert health["wake"] is True, health
@@ -270,7 +273,7 @@ def test_webhooks_that_must_change_nothing(wake):
     run_id = airflow.trigger("wake_kickoff")
     quick = airflow.trigger("wake_quick")  # its webhook comes before, or about when, the task defers
     wait_for(lambda: deferred(airflow, "wake_kickoff", run_id, "kickoff"), timeout=120, what="the deferral")
-    kickoff_id = airflow.xcom("wake_kickoff", run_id, "kickoff")
+    kickoff_id = airflow.xcom("wake_kickoff", run_id, "kickoff", key="kickoff_id")
     token = run_token(airflow.key, "wake_kickoff", run_id)
     done = {"kickoff_id": kickoff_id, "result": "forged"}
 
@@ -316,7 +319,7 @@ def test_a_flood_of_webhooks_leaves_the_api_server_answering(wake):
     airflow, _ = wake
     run_id = airflow.trigger("wake_kickoff")
     wait_for(lambda: deferred(airflow, "wake_kickoff", run_id, "kickoff"), timeout=120, what="the deferral")
-    kickoff_id = airflow.xcom("wake_kickoff", run_id, "kickoff")
+    kickoff_id = airflow.xcom("wake_kickoff", run_id, "kickoff", key="kickoff_id")
     token = run_token(airflow.key, "wake_kickoff", run_id)
     bodies = [
         ({"kickoff_id": kickoff_id}, token if n % 2 else "forged-" + secrets.token_urlsafe(30))
@@ -361,20 +364,59 @@ def test_a_flood_of_webhooks_leaves_the_api_server_answering(wake):
 
 
 @pytest.mark.skipif(not AIRFLOW_V_3_3_PLUS, reason="the soak runs on the newest Airflow")
-def test_race_soak_crews_ending_0_to_40_s_after_the_deferral(wake):
-    """50 waits whose crews finish 0-40 s after the task deferred: no task fails."""
+def test_race_soak_50_runs_whose_crews_end_0_to_40_s_after_the_deferral(wake):
+    """50 DAG runs, 10 for each crew length, started together: no task fails, none in Airflow's race."""
     airflow, _ = wake
-    airflow.wait_for_dag("wake_soak")
-    runs = [airflow.trigger("wake_soak") for _ in range(10)]
-    states = [finish(airflow, "wake_soak", run_id, timeout=600) for run_id in runs]
-    tasks = {run_id: airflow.task_states("wake_soak", run_id) for run_id in runs}
-    failed = {run_id: t for run_id, t in tasks.items() if set(t.values()) != {"success"}}
+    dag_ids = [f"wake_{crew}" for crew in SOAK_CREWS]
+    for dag_id in dag_ids:
+        airflow.wait_for_dag(dag_id)
+    runs = [(dag_id, airflow.trigger(dag_id)) for dag_id in dag_ids for _ in range(10)]
+    states = {run: finish(airflow, *run, timeout=600) for run in runs}
+    woken = {ti for ti, _ in woken_lines(airflow)}
+    tis = {run: _ti_ids(airflow, *run) for run in runs}
     print(
-        f"soak: {sum(s == 'success' for s in states)} of {len(runs)} runs, "
-        f"{sum(len(t) for t in tasks.values())} waits; woken {len(woken_lines(airflow))} in all so far"
+        f"soak: {sum(s == 'success' for s in states.values())} of {len(runs)} runs succeeded; "
+        f"{sum(bool(ids & woken) for ids in tis.values())} woken by the crew's webhook, the rest by a poll"
     )
+    failed = {run: airflow.task_states(*run) for run, state in states.items() if state != "success"}
     assert not failed, failed
-    assert_no_race(airflow, "wake_soak", *runs)
+    assert sum(bool(ids & woken) for ids in tis.values()) >= len(runs) // 2  # the wake did the work
+    for dag_id in dag_ids:
+        assert_no_race(airflow, dag_id, *(run_id for d, run_id in runs if d == dag_id))
+
+
+def test_a_key_rotated_on_the_api_server_still_wakes_the_waits_started_before(wake):
+    """docs/webhook-wake.md's rotation: the new key first, then the old one. A wait whose crew was
+    given an address signed with the old key is still woken; the new key opens the run's address too."""
+    airflow, service = wake
+    run_id = airflow.trigger("wake_kickoff")
+    wait_for(lambda: deferred(airflow, "wake_kickoff", run_id, "kickoff"), timeout=120, what="the deferral")
+    kickoff_id = airflow.xcom("wake_kickoff", run_id, "kickoff", key="kickoff_id")
+    old_key, new_key = airflow.key, secrets.token_urlsafe(32)
+    restart_api_server(airflow, f"{new_key} {old_key}")
+    try:
+        assert finish(airflow, "wake_kickoff", run_id) == "success"
+        log = task_log(airflow, "wake_kickoff", run_id, "kickoff")
+        assert "Woken by the crew's completion webhook" in log, log
+        assert service.executions[kickoff_id]["polls"] <= 3
+        done = {"kickoff_id": kickoff_id}
+        for key, code in ((new_key, 202), (old_key, 202), (secrets.token_urlsafe(32), 404)):
+            token = run_token(key, "wake_kickoff", run_id)
+            assert (
+                post_webhook(airflow, "crew", "wake_kickoff", run_id, done, token=token).status_code == code
+            )
+    finally:
+        restart_api_server(airflow, old_key)  # the workers hold the old key alone: as before, for the rest
+
+
+def restart_api_server(airflow: AirflowStack, password: str) -> None:
+    api_server = airflow.processes.pop("api-server")
+    _signal_group(api_server, 15)
+    api_server.wait(30)
+    airflow.env["AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER"] = json.dumps(
+        {"conn_type": "crew_webhook_receiver", "host": airflow.base_url, "password": password}
+    )
+    airflow.start(("api-server",))
 
 
 def test_with_the_api_server_stopped_the_safety_poll_ends_the_wait(wake):
@@ -382,10 +424,8 @@ def test_with_the_api_server_stopped_the_safety_poll_ends_the_wait(wake):
     airflow, service = wake
     run_id = airflow.trigger("wake_safety")
     wait_for(lambda: deferred(airflow, "wake_safety", run_id, "kickoff"), timeout=120, what="the deferral")
-    kickoff_id = airflow.xcom("wake_safety", run_id, "kickoff")
+    kickoff_id = airflow.xcom("wake_safety", run_id, "kickoff", key="kickoff_id")
     api_server = airflow.processes.pop("api-server")
-    from .airflow_stack import _signal_group
-
     _signal_group(api_server, 15)
     api_server.wait(30)
     service.wait_for_state(kickoff_id, "SUCCESS", timeout=120)

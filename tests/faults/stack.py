@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -23,23 +22,7 @@ import psutil
 import requests
 
 from ..distributed.cluster import FAILOVER_SETTINGS, CeleryCluster, Component, _kill_tree
-from ..e2e.airflow_stack import COMPONENTS, AirflowStack, wait_for
-
-# On the components' PYTHONPATH: modules their configuration names, alone in their folder so that
-# nothing else here shadows a top-level import.
-AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
-
-# Airflow as a hundred task processes on SQLite and 2 CPUs need it. A component whose write waits
-# longer than sqlite3's 5 s for the lock exits ("database is locked"): wait up to 30 s (see
-# airflow_path/sqlite_connect_args.py), and in WAL mode (migrate) readers never block the one
-# writer. Task processes then wait up to 60 s for the api-server's answer instead of 5 s, as
-# Airflow's docs advise under high load, instead of failing their task after 5 tries.
-LOAD_SETTINGS = {
-    "PYTHONPATH": os.pathsep.join(filter(None, [str(AIRFLOW_PATH), os.environ.get("PYTHONPATH")])),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "sqlite_connect_args.CONNECT_ARGS",
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "sqlite_connect_args.CONNECT_ARGS",
-    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
-}
+from ..e2e.airflow_stack import COMPONENTS, LOAD_SETTINGS, AirflowStack, wait_for
 
 # A restarted scheduler takes over the tasks of the one that died (defaults in brackets): the dead
 # one is taken for dead 20 s after its last heartbeat [30], and the new one looks for orphaned
@@ -76,11 +59,9 @@ class FaultStack(AirflowStack):
         self.components: dict[str, Component] = {}
 
     def migrate(self) -> None:
-        """Create the database, then switch it to WAL (a setting the database file keeps)."""
+        """Create the database in WAL mode (see :data:`LOAD_SETTINGS`)."""
         super().migrate()
-        with contextlib.closing(sqlite3.connect(self.home / "airflow.db")) as database:
-            mode = database.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        assert mode == "wal", f"SQLite refused WAL mode: {mode}"
+        self.use_wal()
 
     def api(self, method: str, path: str, expect: int | tuple[int, ...] = 200, **kwargs: Any) -> Any:
         """The REST call, repeated for up to 2 minutes while the api-server is swamped.

@@ -255,3 +255,26 @@ def test_the_test_action_asks_the_plugin_and_never_names_the_connection(served, 
     )
     ok, message = CrewWebhookReceiverHook("random_test_id").test_connection()
     assert not ok and "at least 24 characters" in message and "random_test_id" not in message
+
+
+def test_answers_stay_whole_behind_the_api_servers_middleware(receiver, database):
+    """The api-server streams answers through its middleware and gzips them, editing their headers in
+    place: an answer object shared between requests came out marked gzip but plain the second time."""
+    from fastapi import FastAPI, Request
+    from fastapi.middleware.gzip import GZipMiddleware
+    from fastapi.testclient import TestClient
+
+    api_server = FastAPI()
+
+    @api_server.middleware("http")
+    async def passthrough(request: Request, call_next):  # a BaseHTTPMiddleware, as Airflow has
+        return await call_next(request)
+
+    api_server.add_middleware(GZipMiddleware, minimum_size=1, compresslevel=5)
+    api_server.mount("/crew-webhooks", create_app())
+    with TestClient(api_server) as client:
+        path = wake_path("crew", DAG, RUN)
+        for token in ("x" * 43, None, "y" * 43, run_token(KEY, DAG, RUN), run_token(KEY, DAG, RUN)):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            answer = client.post(path, content=b'{"kickoff_id": "k-9"}', headers=headers)
+            assert answer.json() in ({"detail": "Not Found"}, {"accepted": True, "waking": 0})

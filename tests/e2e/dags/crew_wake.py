@@ -65,10 +65,10 @@ with dag("wake_safety"):
         task_id="kickoff", crew_conn_id="crew_safety", inputs={"topic": "tides"}, deferrable=True
     )
 
-with dag("wake_soak"):
-    for crew in SOAK_CREWS:
+for crew in SOAK_CREWS:  # one DAG per crew length; the soak starts 10 runs of each
+    with dag(f"wake_{crew}"):
         CrewKickoffOperator(
-            task_id=crew, crew_conn_id=f"crew_{crew}", inputs={"topic": "tides"}, deferrable=True
+            task_id="kickoff", crew_conn_id=f"crew_{crew}", inputs={"topic": "tides"}, deferrable=True
         )
 
 if AIRFLOW_V_3_1_PLUS:  # human review in the UI needs human-in-the-loop (3.1+)
