@@ -18,10 +18,14 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
-from airflow.providers.standard.triggers.hitl import HITLTrigger
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS, hitl_params, task_state_store
+from airflow_provider_crew._compat import (
+    AIRFLOW_V_3_3_PLUS,
+    AirflowOptionalProviderFeatureException,
+    hitl_params,
+    task_state_store,
+)
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
 from airflow_provider_crew.models import CrewState, CrewStatus
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
@@ -30,6 +34,14 @@ from airflow_provider_crew.waiting.task import deferral_settle_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+try:
+    from airflow.providers.standard.triggers.hitl import HITLTrigger
+except (ImportError, AirflowOptionalProviderFeatureException):
+    # Airflow 3.0 has no human-in-the-loop, and the standard provider refuses to import its trigger
+    # there. The package must still import: crew_human_review refuses at DAG parse, naming 3.1. The
+    # trigger below is then never built.
+    from airflow.triggers.base import BaseTrigger as HITLTrigger  # type: ignore[assignment]
 
 APPROVED_WITHOUT_TEXT = "Approved."
 # Where a round keeps the record of an answer it applied, for a retry of the same round (Airflow 3.3+).

@@ -129,6 +129,9 @@ class AirflowStack:
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
             AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+            # Airflow 3.0's REST API returns an XCom value deserialized (as :meth:`xcom` asks) only with
+            # this on; later versions no longer have the setting.
+            AIRFLOW__API__ENABLE_XCOM_DESERIALIZE_SUPPORT="True",
             # The workers' and triggerer's log servers default to fixed ports (8793, 8794): take free
             # ones so two stacks (or anything else on this machine) never clash.
             AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
