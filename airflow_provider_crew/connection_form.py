@@ -125,7 +125,10 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
 # became "credential_kind" because Airflow masks every extra whose key contains "token".
 LEGACY_EXTRA_NAMES: dict[str, tuple[str, ...]] = {"credential_kind": ("token_kind",)}
 
-# The webhook receiver's form (hooks/webhook_receiver.py): the api-server's address and the key.
+# The webhook receiver's connection (hooks/webhook_receiver.py): its type, the one id it is read
+# under, and its form (the api-server's address and the key).
+RECEIVER_CONN_TYPE = "crew_webhook_receiver"
+DEFAULT_RECEIVER_CONN_ID = "crew_webhook_receiver"
 RECEIVER_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden_fields": ["schema", "login", "extra"],
     "relabeling": {"host": "Airflow address as crews reach it", "password": "Key"},

@@ -18,7 +18,9 @@ def crew_connection_json(host: str = BASE_URL, token: str = TOKEN, **extra: obje
 def crew_conn(monkeypatch: pytest.MonkeyPatch):
     """Install `crew_default` (and return a setter for other connections) through AIRFLOW_CONN_*."""
 
-    def install(conn_id: str = "crew_default", host: str = BASE_URL, token: str = TOKEN, **extra: object) -> str:
+    def install(
+        conn_id: str = "crew_default", host: str = BASE_URL, token: str = TOKEN, **extra: object
+    ) -> str:
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", crew_connection_json(host, token, **extra))
         return conn_id
 

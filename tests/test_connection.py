@@ -18,7 +18,12 @@ from airflow_provider_crew.hooks.crew import CrewHook
 
 
 def config(**fields):
-    base = {"conn_id": "crew_default", "host": "https://crew.example.test", "password": "s3cret-tok", "extra": {}}
+    base = {
+        "conn_id": "crew_default",
+        "host": "https://crew.example.test",
+        "password": "s3cret-tok",
+        "extra": {},
+    }
     return CrewConnectionConfig.from_connection_fields(**(base | fields))
 
 
@@ -130,14 +135,26 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
     [
         ({"host": None}, "'Crew base URL' is empty. Set it"),
         ({"host": "  "}, "'Crew base URL' is empty"),
-        ({"host": "crew.example.test"}, "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test"),
-        ({"host": "ftp://crew.example.test"}, "'Crew base URL' 'ftp://crew.example.test' is not an https:// URL"),
+        (
+            {"host": "crew.example.test"},
+            "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test",
+        ),
+        (
+            {"host": "ftp://crew.example.test"},
+            "'Crew base URL' 'ftp://crew.example.test' is not an https:// URL",
+        ),
         ({"host": "https://crew.example.test:99999"}, "has a port that is not a number from 1 to 65535"),
-        ({"host": "https://crew.example.test:8443", "port": 9443}, "'Crew base URL' 'https://crew.example.test:8443' says port 8443 but 'Port' says 9443"),
+        (
+            {"host": "https://crew.example.test:8443", "port": 9443},
+            "'Crew base URL' 'https://crew.example.test:8443' says port 8443 but 'Port' says 9443",
+        ),
         ({"port": 70000}, "'Port' must be a number from 1 to 65535, got 70000"),
         ({"password": ""}, "'Bearer token' \\(the connection's password\\) is empty"),
         ({"password": None}, "'Bearer token' \\(the connection's password\\) is empty"),
-        ({"extra": {"status_path_style": "sideways"}}, "'status_path_style' is 'sideways'; it must be one of"),
+        (
+            {"extra": {"status_path_style": "sideways"}},
+            "'status_path_style' is 'sideways'; it must be one of",
+        ),
         ({"extra": {"read_timeout": -1}}, "'read_timeout' must not be negative"),
         ({"extra": {"connect_timeout": "soon"}}, "'connect_timeout' must be a number of seconds"),
         ({"extra": {"retry_limit": 1.5}}, "'retry_limit' must be a whole number"),
@@ -163,8 +180,14 @@ def test_without_a_connection_id_errors_name_only_the_field():
 @pytest.mark.parametrize(
     "env_value",
     [
-        json.dumps({"conn_type": "crew", "host": "https://crew.example.test/v1", "password": "t0ken-from-json",
-                    "extra": {"read_timeout": 5}}),
+        json.dumps(
+            {
+                "conn_type": "crew",
+                "host": "https://crew.example.test/v1",
+                "password": "t0ken-from-json",
+                "extra": {"read_timeout": 5},
+            }
+        ),
         "crew://https://:t0ken-from-json@crew.example.test%2Fv1?read_timeout=5",
     ],
     ids=["json", "uri"],

@@ -39,7 +39,9 @@ def test_every_parameter_has_a_param_line_and_every_param_line_a_parameter(klass
 )
 def test_every_operator_and_sensor_says_what_it_pushes_to_xcom(klass):
     ref = crew_reference.reference(klass)
-    assert "return_value" in ref.xcom, f"{ref.name}: add ':xcom return_value:' (and every other key) to its docstring"
+    assert "return_value" in ref.xcom, (
+        f"{ref.name}: add ':xcom return_value:' (and every other key) to its docstring"
+    )
 
 
 def test_every_parameter_appears_in_the_generated_tables():
@@ -62,7 +64,9 @@ def row(markdown: str, parameter: str) -> list[str]:
 
 
 def test_the_tables_say_what_a_dag_author_must_type():
-    resume = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.operators.crew.CrewResumeOperator"))
+    resume = crew_reference.markdown(
+        crew_reference.reference("airflow_provider_crew.operators.crew.CrewResumeOperator")
+    )
     # name, type, default, templated, meaning
     assert row(resume, "kickoff_id")[2:4] == ["required", "yes"]
     assert row(resume, "crew_task_id")[2:4] == ["required", "yes"]
@@ -72,19 +76,25 @@ def test_the_tables_say_what_a_dag_author_must_type():
     assert row(resume, "execution_id")[4].startswith("Deprecated")
     assert row(resume, "deferrable")[2].startswith("`[operators] default_deferrable`")
 
-    kickoff = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.operators.crew.CrewKickoffOperator"))
+    kickoff = crew_reference.markdown(
+        crew_reference.reference("airflow_provider_crew.operators.crew.CrewKickoffOperator")
+    )
     for webhook in ("task_webhook_url", "step_webhook_url", "crew_webhook_url"):
         assert row(kickoff, webhook)[2:4] == ["`None`", "yes"]
     assert row(kickoff, "timeout")[2] == "`86400` s (24 h)"
 
-    sensor = crew_reference.markdown(crew_reference.reference("airflow_provider_crew.sensors.crew.CrewStatusSensor"))
+    sensor = crew_reference.markdown(
+        crew_reference.reference("airflow_provider_crew.sensors.crew.CrewStatusSensor")
+    )
     assert row(sensor, "kickoff_id")[2:4] == ["required", "yes"]
     assert row(sensor, "crew_conn_id")[2:4] == ["`'crew_default'`", "no"]
 
 
 def test_the_readme_parameter_reference_is_current():
     if crew_reference.UNIMPORTABLE:
-        pytest.skip(f"the README documents every module; on this Airflow some do not import: {crew_reference.UNIMPORTABLE}")
+        pytest.skip(
+            f"the README documents every module; on this Airflow some do not import: {crew_reference.UNIMPORTABLE}"
+        )
     sys.path.insert(0, str(REPO / "scripts"))
     import reference_tables
 
@@ -117,7 +127,9 @@ def test_every_included_snippet_comes_from_an_example_dag_between_markers():
         assert path.parent == EXAMPLE_DAGS, f"{page.name} includes {path}, not an example DAG"
         text = path.read_text()
         start, end = options["start-after"], options["end-before"]
-        assert re.fullmatch(r"\[START (howto_\w+)\]", start), f"{page.name}: {start!r} is not a [START howto_...] marker"
+        assert re.fullmatch(r"\[START (howto_\w+)\]", start), (
+            f"{page.name}: {start!r} is not a [START howto_...] marker"
+        )
         assert end == start.replace("[START", "[END"), f"{page.name}: {start!r} ends at {end!r}"
         assert text.count(start) == 1 and text.count(end) == 1, f"{path.name}: {start} must appear once"
         assert text.index(start) < text.index(end)
@@ -177,19 +189,31 @@ def test_the_kickoff_and_resume_push_only_documented_xcom_keys(crew_service, cre
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
     monkeypatch.setenv(
         "AIRFLOW_CONN_HUMAN_HOOK",
-        json.dumps({"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}),
+        json.dumps(
+            {"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}
+        ),
     )
     kickoff = CrewKickoffOperator(
-        task_id="kickoff", inputs={"topic": "t", "audience": "a"}, human_input_webhook_conn_id="human_hook",
-        task_webhook_url=crew_webhooks.url_for("task"), deferrable=False, poll_interval=0.1,
+        task_id="kickoff",
+        inputs={"topic": "t", "audience": "a"},
+        human_input_webhook_conn_id="human_hook",
+        task_webhook_url=crew_webhooks.url_for("task"),
+        deferrable=False,
+        poll_interval=0.1,
     )
     kickoff_ti = RecordingTI()
     kickoff_id = kickoff.execute({"ti": kickoff_ti})
     paused = kickoff_ti.xcom["human_input"]
 
     resume = CrewResumeOperator(
-        task_id="approve", kickoff_id=kickoff_id, kickoff_task_id="kickoff", crew_task_id=paused["task_id"],
-        is_approve=True, wait_for="completion", deferrable=False, poll_interval=0.1,
+        task_id="approve",
+        kickoff_id=kickoff_id,
+        kickoff_task_id="kickoff",
+        crew_task_id=paused["task_id"],
+        is_approve=True,
+        wait_for="completion",
+        deferrable=False,
+        poll_interval=0.1,
     )
     resume_ti = RecordingTI(pulls={("kickoff", "webhooks"): kickoff_ti.xcom["webhooks"]})
     summary = resume.execute({"ti": resume_ti})

@@ -38,7 +38,9 @@ def test_connection_form_metadata_validates_against_the_provider_yaml_schema_whe
 def test_ui_field_behaviour_validates_against_airflows_form_schema():
     from airflow_provider_crew.hooks.crew import CrewHook
 
-    jsonschema.validate(CrewHook.get_ui_field_behaviour(), airflow_schema("customized_form_field_behaviours.schema.json"))
+    jsonschema.validate(
+        CrewHook.get_ui_field_behaviour(), airflow_schema("customized_form_field_behaviours.schema.json")
+    )
 
 
 def test_every_listed_module_and_class_imports():
@@ -53,7 +55,9 @@ def test_every_listed_module_and_class_imports():
 
 
 def test_package_name_matches_the_distribution_and_the_entry_point_is_registered():
-    points = [ep for ep in entry_points(group="apache_airflow_provider") if ep.dist.name == "airflow-provider-crew"]
+    points = [
+        ep for ep in entry_points(group="apache_airflow_provider") if ep.dist.name == "airflow-provider-crew"
+    ]
     assert [ep.value for ep in points] == ["airflow_provider_crew:get_provider_info"]
     assert get_provider_info()["package-name"] == points[0].dist.name
 
@@ -61,7 +65,9 @@ def test_package_name_matches_the_distribution_and_the_entry_point_is_registered
 def test_conn_fields_defaults_are_the_ones_the_parser_uses():
     from airflow_provider_crew.connection import CrewConnectionConfig
 
-    parsed = CrewConnectionConfig.from_connection_fields(conn_id="c", host="https://x.test", password="t", extra={})
+    parsed = CrewConnectionConfig.from_connection_fields(
+        conn_id="c", host="https://x.test", password="t", extra={}
+    )
     for name, spec in CONN_FIELDS.items():
         value = getattr(parsed, name)
         assert getattr(value, "value", value) == spec["schema"]["default"], name
@@ -100,9 +106,18 @@ def test_airflow_cli_lists_the_provider_and_its_hook(airflow_env):
 def test_airflow_cli_adds_a_crew_connection(airflow_env):
     airflow_cli(airflow_env, "db", "migrate")
     airflow_cli(
-        airflow_env, "connections", "add", "my_crew", "--conn-type", "crew",
-        "--conn-host", "https://crew.example.test", "--conn-password", "s3cret-token-value",
-        "--conn-extra", json.dumps({"read_timeout": 5, "status_path_style": "deployed"}),
+        airflow_env,
+        "connections",
+        "add",
+        "my_crew",
+        "--conn-type",
+        "crew",
+        "--conn-host",
+        "https://crew.example.test",
+        "--conn-password",
+        "s3cret-token-value",
+        "--conn-extra",
+        json.dumps({"read_timeout": 5, "status_path_style": "deployed"}),
     )
     shown = json_output(airflow_cli(airflow_env, "connections", "get", "my_crew", "--output", "json"))[0]
     assert (shown["conn_type"], shown["host"]) == ("crew", "https://crew.example.test")
@@ -111,7 +126,9 @@ def test_airflow_cli_adds_a_crew_connection(airflow_env):
 def sample_extra_values() -> dict:
     """One valid value per extra field (the default, or a made-up one where there is none)."""
     return {
-        name: spec["schema"].get("default") if spec["schema"].get("default") is not None else "https://x.test/{kickoff_id}"
+        name: spec["schema"].get("default")
+        if spec["schema"].get("default") is not None
+        else "https://x.test/{kickoff_id}"
         for name, spec in CONN_FIELDS.items()
     }
 
@@ -123,8 +140,18 @@ def test_airflow_masks_no_extra_field_in_the_rest_api():
 
     extra = sample_extra_values()
     response = ConnectionResponse.model_validate(
-        {"conn_id": "c", "conn_type": "crew", "description": None, "host": "https://x.test", "login": None,
-         "schema": None, "port": None, "password": "tok", "extra": json.dumps(extra), "team_name": None}
+        {
+            "conn_id": "c",
+            "conn_type": "crew",
+            "description": None,
+            "host": "https://x.test",
+            "login": None,
+            "schema": None,
+            "port": None,
+            "password": "tok",
+            "extra": json.dumps(extra),
+            "team_name": None,
+        }
     )
     assert json.loads(response.extra) == extra
     assert response.password == "***"  # the token itself stays hidden
@@ -148,7 +175,11 @@ def test_the_form_metadata_airflow_serves_has_every_field_with_its_default(airfl
     earlier test that loaded the providers without the form stand-ins would change the answer.
     """
     done = subprocess.run(
-        [sys.executable, "-c", SERVED_FORM_SCRIPT], env=airflow_env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", SERVED_FORM_SCRIPT],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("CREW_FORM=")]

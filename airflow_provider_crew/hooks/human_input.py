@@ -11,8 +11,8 @@ from typing import Any
 
 from airflow_provider_crew._compat import BaseHook
 from airflow_provider_crew.connection import extra_as_dict
+from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks.webhook_receiver import DEFAULT_RECEIVER_CONN_ID, CrewWebhookReceiverHook
 from airflow_provider_crew.models import HumanInputWebhook
 
 
@@ -56,6 +56,8 @@ def human_input_webhook(
             )
         if run is None:
             raise CrewConfigurationError(f"{conn_id!r} gives a DAG run's address: it needs the run.")
+        from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook
+
         return CrewWebhookReceiverHook(conn_id).human_input_address(*run)
     connection = BaseHook.get_connection(conn_id)
     url = url or connection.host

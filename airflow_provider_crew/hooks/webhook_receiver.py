@@ -32,14 +32,13 @@ from airflow_provider_crew.connection import (
     CrewConnectionError,
     normalise_base_url,
 )
+from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID, RECEIVER_CONN_TYPE
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.client.request import USER_AGENT
 from airflow_provider_crew.models import HumanInputWebhook
 
 log = logging.getLogger(__name__)
 
-RECEIVER_CONN_TYPE = "crew_webhook_receiver"
-DEFAULT_RECEIVER_CONN_ID = "crew_webhook_receiver"
 #: Where the plugin is mounted on the api-server; the only path an ingress needs to expose.
 PLUGIN_PREFIX = "/crew-webhooks"
 API_VERSION = "v1"

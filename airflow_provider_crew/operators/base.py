@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
 from airflow_provider_crew.models import check_webhook_url
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
 
 # The notification webhooks a kickoff gives and a resume must give again (the service forgets them).
 WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import BaseOperator, task_state_store
+from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewExecutionFailedError,
@@ -20,7 +21,6 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.human_input import human_input_webhook
-from airflow_provider_crew.hooks.webhook_receiver import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.models import CrewState, HumanInputWebhook
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin

@@ -28,10 +28,8 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionTimeoutError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook, WakeAddresses
 from airflow_provider_crew.links.crew import push_execution_url
 from airflow_provider_crew.models import CrewStatus
-from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
     CrewWaitEvent,
@@ -45,6 +43,11 @@ from airflow_provider_crew.waiting.rules import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
+
+# The trigger and the webhook receiver are imported where a task defers: a DAG file that only
+# builds crew tasks does not pay for Airflow's trigger machinery at every parse (about 8 ms).
 
 # XCom keys, named once: DAG authors pull them by these names.
 XCOM_KICKOFF_ID = "kickoff_id"
@@ -284,6 +287,8 @@ class CrewWaitMixin:
     def _defer_wait(self, context: Context, hook: CrewHook, poller: Poller) -> NoReturn:
         """Defer to :class:`CrewStatusTrigger` with ``poller``'s absolute deadlines and its sighting of
         the execution: a restarted trigger neither starts the 404 grace again nor forgets that it ended."""
+        from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+
         wake = self._webhook_wake(context, hook)
         self.defer(  # type: ignore[attr-defined]
             trigger=CrewStatusTrigger(
@@ -315,6 +320,8 @@ class CrewWaitMixin:
         parsed = CrewWaitEvent.parse(event)
         if parsed.outcome is not Outcome.WOKEN:
             return parsed.kickoff_id, parsed.to_result()
+        from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+
         wait = CrewStatusTrigger.from_kwargs(parsed.wait or {})
         self.log.info("%s Reading the status of crew execution %s.", parsed.message, wait.kickoff_id)
         hook = CrewHook(crew_conn_id=wait.crew_conn_id)
@@ -334,6 +341,8 @@ class CrewWaitMixin:
             return self.__dict__["_crew_wake"]  # type: ignore[no-any-return]
         wake: WakeAddresses | None = None
         if hook.config.wake_by_webhook:
+            from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook
+
             receiver = CrewWebhookReceiverHook()
             try:
                 usable, why = receiver.health()

@@ -86,6 +86,7 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
     with CrewServiceProcess(crew_files) as service:
         # 50 runs at once in the soak: SQLite tuned for load, as in the fault suite.
         airflow = AirflowStack(tmp / "home", dags, {**LOAD_SETTINGS, "AIRFLOW__CORE__PARALLELISM": "16"})
+        airflow.patience = 120.0
         key = secrets.token_urlsafe(32)
         for spec in CREWS:
             name = spec["name"]

@@ -16,10 +16,8 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import psutil
-import requests
 
 from ..distributed.cluster import FAILOVER_SETTINGS, CeleryCluster, Component, _kill_tree
 from ..e2e.airflow_stack import COMPONENTS, LOAD_SETTINGS, AirflowStack, wait_for
@@ -63,26 +61,8 @@ class FaultStack(AirflowStack):
         super().migrate()
         self.use_wal()
 
-    def api(self, method: str, path: str, expect: int | tuple[int, ...] = 200, **kwargs: Any) -> Any:
-        """The REST call, repeated for up to 2 minutes while the api-server is swamped.
-
-        A hundred task processes on SQLite can lock the database or stall the api-server for longer
-        than a call's 30 s: that is the load under test, not an answer. A read is repeated after a
-        time-out; any call after a 500 "Database error" (its transaction was rolled back).
-        """
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                return super().api(method, path, expect, **kwargs)
-            except requests.Timeout:
-                if method != "GET" or time.monotonic() > deadline:
-                    raise
-            except AssertionError as error:
-                if " answered 500" not in str(error) or "Database error" not in str(error):
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(2)
+    # A hundred task processes on SQLite can stall the api-server: repeat calls for up to 2 minutes.
+    patience = 120.0
 
     # The distributed cluster's REST helpers for mapped task instances.
     task_instances = CeleryCluster.task_instances

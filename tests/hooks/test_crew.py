@@ -33,7 +33,6 @@ from tests.conftest import BASE_URL, TOKEN
 KICKOFF_ID = "5d3b6f1e-2f55-4b7e-9d3c-3c2f1d0e9a11"
 
 
-
 def fake_time(hook: CrewHook) -> list[float]:
     """Make the hook's sleeps instant: each one moves its clock on instead. Returns the sleeps."""
     sleeps: list[float] = []
@@ -102,7 +101,9 @@ def test_kickoff_sends_the_contract_body_and_headers(hook, requests_mock):
 def test_resume_sends_the_contract_body(hook, requests_mock):
     requests_mock.post(f"{BASE_URL}/resume", json={"status": "retrying", "message": "Retrying task"})
 
-    result = hook.resume(KICKOFF_ID, "review", "Shorter, please", False, crew_webhook_url="http://h.test/crew")
+    result = hook.resume(
+        KICKOFF_ID, "review", "Shorter, please", False, crew_webhook_url="http://h.test/crew"
+    )
 
     assert result.status is ResumeStatus.RETRYING
     assert requests_mock.last_request.json() == {
@@ -141,7 +142,10 @@ def test_get_inputs_rejects_an_unknown_shape(hook, requests_mock):
     ("kwargs", "expected"),
     [
         ({"inputs": ["topic"]}, "inputs: inputs must be a mapping"),
-        ({"inputs": {"topic": "x"}, "task_webhook_url": "ftp://h.test/x"}, "task_webhook_url must be an absolute"),
+        (
+            {"inputs": {"topic": "x"}, "task_webhook_url": "ftp://h.test/x"},
+            "task_webhook_url must be an absolute",
+        ),
         ({"inputs": {"topic": "x"}, "crew_webhook_url": "/relative"}, "crew_webhook_url must be an absolute"),
         ({"inputs": {"topic": "x"}, "meta": "m"}, "meta must be a dict"),
     ],
@@ -162,9 +166,13 @@ def test_kickoff_rejects_bad_input_naming_the_field(hook, requests_mock, kwargs,
         {"strategy": "digest", "token": "hook-secret-token"},
     ],
 )
-def test_human_input_webhook_auth_must_be_bearer_token_or_basic_user_password(hook, requests_mock, authentication):
+def test_human_input_webhook_auth_must_be_bearer_token_or_basic_user_password(
+    hook, requests_mock, authentication
+):
     with pytest.raises(CrewConfigurationError, match=r"humanInputWebhook|human_input_webhook") as caught:
-        hook.kickoff({"topic": "x"}, human_input_webhook={"url": "https://h.test/h", "authentication": authentication})
+        hook.kickoff(
+            {"topic": "x"}, human_input_webhook={"url": "https://h.test/h", "authentication": authentication}
+        )
     assert "hook-secret-token" not in str(caught.value)
     assert requests_mock.call_count == 0
 
@@ -178,7 +186,12 @@ def test_human_input_webhook_auth_must_be_bearer_token_or_basic_user_password(ho
     ],
 )
 def test_resume_rejects_bad_input(hook, requests_mock, kwargs, expected):
-    call = {"execution_id": KICKOFF_ID, "task_id": "review", "human_feedback": "ok", "is_approve": True} | kwargs
+    call = {
+        "execution_id": KICKOFF_ID,
+        "task_id": "review",
+        "human_feedback": "ok",
+        "is_approve": True,
+    } | kwargs
     with pytest.raises(CrewConfigurationError, match=expected):
         hook.resume(**call)
     assert requests_mock.call_count == 0
@@ -190,20 +203,46 @@ def test_resume_rejects_bad_input(hook, requests_mock, kwargs, expected):
 @pytest.mark.parametrize(
     ("status", "body", "error_type", "expected"),
     [
-        (400, {"error": "Bad Request", "message": "inputs must be an object"}, CrewBadRequestError,
-         "POST /kickoff answered 400: Bad Request: inputs must be an object"),
-        (401, {"error": "Unauthorized", "message": "Invalid or missing bearer token"}, CrewAuthenticationError,
-         "answered 401: Unauthorized: Invalid or missing bearer token. Check the bearer token"),
+        (
+            400,
+            {"error": "Bad Request", "message": "inputs must be an object"},
+            CrewBadRequestError,
+            "POST /kickoff answered 400: Bad Request: inputs must be an object",
+        ),
+        (
+            401,
+            {"error": "Unauthorized", "message": "Invalid or missing bearer token"},
+            CrewAuthenticationError,
+            "answered 401: Unauthorized: Invalid or missing bearer token. Check the bearer token",
+        ),
         (404, {"error": "Not Found", "message": "no such crew"}, CrewNotFoundError, "answered 404"),
-        (422, {"error": "Validation Error", "message": "Missing required inputs",
-               "details": {"missing_inputs": ["topic"]}}, CrewValidationError,
-         r"Missing required inputs \(missing inputs: topic\)"),
-        (422, {"detail": [{"loc": ["body", "inputs", "current_year"], "msg": "field required"}]},
-         CrewValidationError, r"missing inputs: current_year"),
-        (500, "<html><body>Internal Server Error</body></html>", CrewServerError, "answered 500: no error message"),
+        (
+            422,
+            {
+                "error": "Validation Error",
+                "message": "Missing required inputs",
+                "details": {"missing_inputs": ["topic"]},
+            },
+            CrewValidationError,
+            r"Missing required inputs \(missing inputs: topic\)",
+        ),
+        (
+            422,
+            {"detail": [{"loc": ["body", "inputs", "current_year"], "msg": "field required"}]},
+            CrewValidationError,
+            r"missing inputs: current_year",
+        ),
+        (
+            500,
+            "<html><body>Internal Server Error</body></html>",
+            CrewServerError,
+            "answered 500: no error message",
+        ),
     ],
 )
-def test_error_statuses_raise_typed_errors_quoting_the_service(hook, requests_mock, status, body, error_type, expected):
+def test_error_statuses_raise_typed_errors_quoting_the_service(
+    hook, requests_mock, status, body, error_type, expected
+):
     if isinstance(body, str):
         requests_mock.post(f"{BASE_URL}/kickoff", status_code=status, text=body)
     else:
@@ -251,7 +290,10 @@ def test_get_gives_up_on_a_failing_gateway_after_the_retry_limit(crew_conn, requ
     hook = CrewHook()
     sleeps = fake_time(hook)
     requests_mock.get(f"{BASE_URL}/inputs", status_code=status, json={"message": "upstream down"})
-    with pytest.raises(CrewServerError, match=rf"answered {status}: upstream down\. Gave up after 3 attempt\(s\).*retry_limit of 2 is used up"):
+    with pytest.raises(
+        CrewServerError,
+        match=rf"answered {status}: upstream down\. Gave up after 3 attempt\(s\).*retry_limit of 2 is used up",
+    ):
         hook.get_inputs()
     assert requests_mock.call_count == 3
     assert len(sleeps) == 2
@@ -259,11 +301,15 @@ def test_get_gives_up_on_a_failing_gateway_after_the_retry_limit(crew_conn, requ
 
 
 @pytest.mark.parametrize(("status", "error_type"), [(429, CrewRateLimitedError), (503, CrewServerError)])
-def test_busy_answers_are_retried_for_the_retry_budget_not_a_count(crew_conn, requests_mock, status, error_type):
+def test_busy_answers_are_retried_for_the_retry_budget_not_a_count(
+    crew_conn, requests_mock, status, error_type
+):
     crew_conn(retry_limit=0, retry_delay=1, retry_budget=40)  # retry_limit does not govern 429/503
     hook = CrewHook()
     sleeps = fake_time(hook)
-    requests_mock.get(f"{BASE_URL}/inputs", status_code=status, headers={"Retry-After": "1"}, json={"error": "busy"})
+    requests_mock.get(
+        f"{BASE_URL}/inputs", status_code=status, headers={"Retry-After": "1"}, json={"error": "busy"}
+    )
 
     with pytest.raises(error_type, match=rf"answered {status}.*retry_budget of 40 s is used up") as caught:
         hook.get_inputs()
@@ -301,8 +347,12 @@ def test_a_long_retry_after_is_honoured_up_to_five_minutes(hook, requests_mock):
 def test_get_retries_connection_errors_of_any_kind(hook, requests_mock):
     requests_mock.get(
         f"{BASE_URL}/inputs",
-        [{"exc": refused()}, {"exc": reset_after_send()}, {"exc": requests.exceptions.ReadTimeout("slow")},
-         {"json": {"inputs": []}}],
+        [
+            {"exc": refused()},
+            {"exc": reset_after_send()},
+            {"exc": requests.exceptions.ReadTimeout("slow")},
+            {"json": {"inputs": []}},
+        ],
     )
     assert hook.get_inputs() == []
     assert requests_mock.call_count == 4
@@ -345,7 +395,9 @@ def test_kickoff_is_retried_after_a_connect_timeout(hook, requests_mock):
 def test_kickoff_is_never_repeated_when_its_outcome_is_unknown(hook, requests_mock, outcome, reason):
     requests_mock.post(f"{BASE_URL}/kickoff", [outcome, {"json": {"kickoff_id": "second-execution"}}])
 
-    with pytest.raises(CrewOutcomeUnknownError, match=f"outcome is unknown.*{reason}.*may have started") as caught:
+    with pytest.raises(
+        CrewOutcomeUnknownError, match=f"outcome is unknown.*{reason}.*may have started"
+    ) as caught:
         hook.kickoff({"topic": "x"})
 
     assert requests_mock.call_count == 1
@@ -370,7 +422,9 @@ def test_transport_failure_after_retries_names_the_endpoint(crew_conn, requests_
     hook = CrewHook()
     fake_time(hook)
     requests_mock.get(f"{BASE_URL}/inputs", exc=refused())
-    with pytest.raises(CrewTransportError, match=r"GET /inputs to https://crew.example.test/inputs failed after 2"):
+    with pytest.raises(
+        CrewTransportError, match=r"GET /inputs to https://crew.example.test/inputs failed after 2"
+    ):
         hook.get_inputs()
 
 
@@ -404,7 +458,10 @@ def test_get_status_parses_the_record(hook, requests_mock):
 
 @pytest.mark.parametrize(
     ("style", "path"),
-    [(StatusPathStyle.CONTRACT, f"/{KICKOFF_ID}/status"), (StatusPathStyle.DEPLOYED, f"/status/{KICKOFF_ID}")],
+    [
+        (StatusPathStyle.CONTRACT, f"/{KICKOFF_ID}/status"),
+        (StatusPathStyle.DEPLOYED, f"/status/{KICKOFF_ID}"),
+    ],
 )
 def test_status_path_style_is_taken_from_the_connection(crew_conn, requests_mock, style, path):
     crew_conn(status_path_style=style.value)
@@ -414,7 +471,9 @@ def test_status_path_style_is_taken_from_the_connection(crew_conn, requests_mock
 
 
 def test_auto_status_path_learns_the_deployed_form_on_first_404(hook, requests_mock):
-    contract = requests_mock.get(f"{BASE_URL}/{KICKOFF_ID}/status", status_code=404, json={"detail": "Not Found"})
+    contract = requests_mock.get(
+        f"{BASE_URL}/{KICKOFF_ID}/status", status_code=404, json={"detail": "Not Found"}
+    )
     deployed = requests_mock.get(f"{BASE_URL}/status/{KICKOFF_ID}", json={"state": "RUNNING"})
 
     assert hook.get_status(KICKOFF_ID).state is CrewState.RUNNING
@@ -452,7 +511,9 @@ def test_a_kickoff_answer_that_cannot_be_read_is_an_unknown_outcome(hook, reques
     """The service said 200: it may have started an execution, so no one may send the kickoff again."""
     requests_mock.post(f"{BASE_URL}/kickoff", [answer, {"json": {"kickoff_id": "second"}}])
 
-    with pytest.raises(CrewOutcomeUnknownError, match="answered 200 with a body that cannot be read") as caught:
+    with pytest.raises(
+        CrewOutcomeUnknownError, match="answered 200 with a body that cannot be read"
+    ) as caught:
         hook.kickoff({"topic": "x"})
 
     assert detail in str(caught.value) and "an execution may have started" in str(caught.value)
@@ -511,7 +572,9 @@ def test_test_connection_reports_a_missing_connection(monkeypatch):
 
 def test_wrong_connection_type_is_named(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", json.dumps({"conn_type": "http", "host": BASE_URL}))
-    with pytest.raises(CrewConfigurationError, match="has type 'http'; the crew provider needs a connection of type 'crew'"):
+    with pytest.raises(
+        CrewConfigurationError, match="has type 'http'; the crew provider needs a connection of type 'crew'"
+    ):
         CrewHook().config  # noqa: B018
 
 
@@ -528,7 +591,10 @@ def test_retries_stop_at_the_callers_deadline_even_when_the_service_asks_for_mor
 
 def test_a_missing_connection_is_named_with_the_fix(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_NOWHERE", raising=False)
-    with pytest.raises(CrewConfigurationError, match=r"Connection 'nowhere' is not defined where this runs.*AIRFLOW_CONN_NOWHERE"):
+    with pytest.raises(
+        CrewConfigurationError,
+        match=r"Connection 'nowhere' is not defined where this runs.*AIRFLOW_CONN_NOWHERE",
+    ):
         CrewHook(crew_conn_id="nowhere").config  # noqa: B018
 
 
@@ -555,6 +621,8 @@ def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_p
 
     with pytest.raises(CrewConfigurationError, match=r"Connection 'crew_x': the extra is not a JSON object"):
         connection_extra(SimpleNamespace(conn_id="crew_x", extra=raw))
-    with pytest.raises(CrewConfigurationError, match=r"human_input_webhook_conn_id='hook_x'.*not a JSON object"):
+    with pytest.raises(
+        CrewConfigurationError, match=r"human_input_webhook_conn_id='hook_x'.*not a JSON object"
+    ):
         webhook_connection_extra(SimpleNamespace(conn_id="hook_x", extra=raw), "hook_x")
     assert connection_extra(SimpleNamespace(conn_id="crew_x", extra="")) == {}

@@ -99,7 +99,9 @@ def test_a_status_body_over_the_cap_fails_once_naming_cap_setting_and_execution(
         get_status(path, hook, kickoff_id)
 
     message = str(caught.value)
-    assert f"GET /{kickoff_id}/status answered with a body over 1 MiB (counted after decompression)" in message
+    assert (
+        f"GET /{kickoff_id}/status answered with a body over 1 MiB (counted after decompression)" in message
+    )
     assert "'max_response_bytes'" in message and f"now {CAP}" in message
     assert f"Crew execution {kickoff_id} may still be running" in message
     assert crew_service.org_token not in message
@@ -180,7 +182,17 @@ async def test_a_deferred_wait_on_a_trickling_service_times_out_at_its_deadline(
 # -- the waits beside a bad one ---------------------------------------------------------------------
 
 
-@pytest.mark.crew_service(faults=[{"kind": "trickle", "seconds": TRICKLE_SECONDS, "endpoint": "status", "count": None, "crew": "structured"}])
+@pytest.mark.crew_service(
+    faults=[
+        {
+            "kind": "trickle",
+            "seconds": TRICKLE_SECONDS,
+            "endpoint": "status",
+            "count": None,
+            "crew": "structured",
+        }
+    ]
+)
 async def test_waits_beside_bad_ones_in_the_same_loop_keep_being_answered(crew_service, connect):
     """One triggerer-like loop: four good waits, a trickling one, an oversized one and a bomb."""
     good = connect()
@@ -208,7 +220,9 @@ async def test_waits_beside_bad_ones_in_the_same_loop_keep_being_answered(crew_s
     assert sorted(e.kickoff_id for e in events) == sorted(good_ids)
     assert [e.outcome for e in big_events] == [Outcome.ERROR] * 2
     assert all("over 1 MiB" in e.message and "max_response_bytes" in e.message for e in big_events)
-    assert crew_service.faults.counts.get("oversized") == 1 and crew_service.faults.counts.get("gzip_bomb") == 1
+    assert (
+        crew_service.faults.counts.get("oversized") == 1 and crew_service.faults.counts.get("gzip_bomb") == 1
+    )
 
 
 # -- redirects --------------------------------------------------------------------------------------
@@ -216,7 +230,9 @@ async def test_waits_beside_bad_ones_in_the_same_loop_keep_being_answered(crew_s
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("status", [302, 307])
-def test_a_redirect_to_another_host_is_refused_and_the_token_never_reaches_it(crew_service, connect, path, status):
+def test_a_redirect_to_another_host_is_refused_and_the_token_never_reaches_it(
+    crew_service, connect, path, status
+):
     elsewhere = crew_service.webhooks  # a second HTTP server that records every request it gets
     hook = connect()
     kickoff_id = hook.kickoff(RESEARCH_INPUTS)

@@ -43,7 +43,6 @@ HUMAN_WEBHOOK_TOKEN = "human-hook-token-91b2"
 FAST = {"retry_delay": 0.05}  # back-off stays short; Retry-After from the service still wins
 
 
-
 @pytest.fixture
 def connect(crew_service, monkeypatch):
     """Install an ``AIRFLOW_CONN_*`` for ``crew_service`` and return a CrewHook on it."""
@@ -301,7 +300,9 @@ def test_rate_limiting_is_retried_until_the_retry_budget_is_used(crew_service, c
     assert crew_service.request_count("inputs") >= 3  # retry_limit=0 does not stop 429 retries
 
 
-def test_a_burst_of_100_rate_limits_costs_no_task_retry_and_no_duplicate_kickoff(crew_service, monkeypatch, caplog):
+def test_a_burst_of_100_rate_limits_costs_no_task_retry_and_no_duplicate_kickoff(
+    crew_service, monkeypatch, caplog
+):
     """100 mapped kickoff tasks, 25 running at a time, meet 100 answers of 429 (Retry-After: 1).
 
     Default connection settings. Each task does what CrewKickoffOperator does: GET /inputs, then
@@ -329,7 +330,9 @@ def test_a_burst_of_100_rate_limits_costs_no_task_retry_and_no_duplicate_kickoff
     assert len(set(kickoff_ids)) == 100
     assert crew_service.counters["responses"]["kickoff"].get("200") == 100
     assert sorted(crew_service.executions[k]["inputs"]["topic"] for k in kickoff_ids) == topics  # each once
-    attempts = [int(n) for n in re.findall(r"answered 429; retrying in [\d.]+ s \(next attempt (\d+)", caplog.text)]
+    attempts = [
+        int(n) for n in re.findall(r"answered 429; retrying in [\d.]+ s \(next attempt (\d+)", caplog.text)
+    ]
     assert max(attempts) >= 5  # some call was answered 429 at least 4 times in a row, and still went through
 
 
@@ -646,7 +649,9 @@ SESSION_NOISE = (
     "Task was destroyed but it is pending",
     "Task exception was never retrieved",
 )
-PROVIDER_WARNING = re.compile(r"\[(warning|error)\s*\].*\[(airflow_provider_crew[\w.]*|asyncio)\]", re.IGNORECASE)
+PROVIDER_WARNING = re.compile(
+    r"\[(warning|error)\s*\].*\[(airflow_provider_crew[\w.]*|asyncio)\]", re.IGNORECASE
+)
 
 # Loaded into the `airflow dags test` process (sitecustomize): when it exits, it writes down how
 # many aiohttp sessions are still open. asyncio only complains about an unclosed session when the

@@ -65,12 +65,25 @@ def test_the_provider_never_hands_connection_extras_to_the_masker(monkeypatch, e
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_CREW_SHORT",
-        json.dumps({"conn_type": "crew", "host": "https://crew.example.test", "password": "tok-123456", "extra": SHORT_EXTRAS}),
+        json.dumps(
+            {
+                "conn_type": "crew",
+                "host": "https://crew.example.test",
+                "password": "tok-123456",
+                "extra": SHORT_EXTRAS,
+            }
+        ),
     )
     monkeypatch.setenv(
         "AIRFLOW_CONN_HOOK_SHORT",
-        json.dumps({"conn_type": "generic", "host": "https://hooks.example.test/h", "password": "tok-654321",
-                    "extra": {"strategy": "bearer", "note": "ok"}}),
+        json.dumps(
+            {
+                "conn_type": "generic",
+                "host": "https://hooks.example.test/h",
+                "password": "tok-654321",
+                "extra": {"strategy": "bearer", "note": "ok"},
+            }
+        ),
     )
 
     config = CrewHook(crew_conn_id="crew_short").config
@@ -94,7 +107,13 @@ def test_a_token_kept_in_the_extra_is_still_masked(monkeypatch):
     token = "tok-in-extra-5d81c0"
     monkeypatch.setenv(
         "AIRFLOW_CONN_CREW_EXTRA_TOKEN",
-        json.dumps({"conn_type": "crew", "host": "https://crew.example.test", "extra": {"token": token, "verify_tls": True}}),
+        json.dumps(
+            {
+                "conn_type": "crew",
+                "host": "https://crew.example.test",
+                "extra": {"token": token, "verify_tls": True},
+            }
+        ),
     )
     config = CrewHook(crew_conn_id="crew_extra_token").config
 
@@ -116,7 +135,10 @@ def test_a_run_with_connection_extras_in_the_documented_form_logs_no_masking_war
     run = run_dag(
         "example_crew_human_review",
         deferrable=True,
-        extra_env={"AIRFLOW_CONN_CREW_REVIEW": json.dumps(crew), "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(webhook)},
+        extra_env={
+            "AIRFLOW_CONN_CREW_REVIEW": json.dumps(crew),
+            "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(webhook),
+        },
     )
 
     assert run.state == "success", run.stdout[-3000:]

@@ -95,7 +95,9 @@ def test_complete_facets_come_from_what_the_task_holds_without_a_request(
     task = kickoff_task()
     task.crew_execution = FollowedExecution(
         "k-1",
-        result=WaitResult(outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)),
+        result=WaitResult(
+            outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)
+        ),
     )
     before = crew_service.counters["requests"]
 
@@ -124,7 +126,9 @@ def test_values_only_when_the_task_opts_in(openlineage, crew_connection):
     task = kickoff_task(openlineage_include_values=True)
     task.crew_execution = FollowedExecution(
         "k-1",
-        result=WaitResult(outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)),
+        result=WaitResult(
+            outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)
+        ),
     )
     crew = facets_dict(task.get_openlineage_facets_on_complete(None))[CREW_EXECUTION_FACET]
     assert crew["inputs"] == {"topic": "private topic", "year": 2026}
@@ -152,9 +156,7 @@ def test_a_failure_carries_the_crews_error(openlineage, crew_connection):
         {"state": "FAILED", "error": "tool broke", "progress": {"completed": 0, "total": 2}}
     )
     with pytest.raises(Exception, match="tool broke"):
-        task._end_wait(
-            "k-2", WaitResult(outcome=Outcome.FAILED, message="FAILED", last_status=failed)
-        )
+        task._end_wait("k-2", WaitResult(outcome=Outcome.FAILED, message="FAILED", last_status=failed))
     facets = facets_dict(task.get_openlineage_facets_on_failure(None))
     assert facets["errorMessage"]["message"] == "tool broke"
     crew = facets[CREW_EXECUTION_FACET]

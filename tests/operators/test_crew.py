@@ -49,8 +49,14 @@ def kickoff(**kwargs) -> CrewKickoffOperator:
         ({"task_webhook_url": "ftp://h.test/t"}, "task_webhook_url must be an absolute http"),
         ({"step_webhook_url": "hooks.example.test/step"}, "step_webhook_url must be an absolute http"),
         ({"crew_webhook_url": "file:///tmp/x"}, "crew_webhook_url must be an absolute http"),
-        ({"human_input_webhook_url": "https://h.test/human"}, "human_input_webhook_url needs human_input_webhook_conn_id"),
-        ({"human_input_webhook_url": "mailto:x@y", "human_input_webhook_conn_id": "c"}, "human_input_webhook_url must be"),
+        (
+            {"human_input_webhook_url": "https://h.test/human"},
+            "human_input_webhook_url needs human_input_webhook_conn_id",
+        ),
+        (
+            {"human_input_webhook_url": "mailto:x@y", "human_input_webhook_conn_id": "c"},
+            "human_input_webhook_url must be",
+        ),
         ({"poll_interval": 0}, "poll_interval must be greater than 0"),
         ({"poll_interval": -1}, "poll_interval must be greater than 0"),
         ({"max_poll_interval": "fast"}, "max_poll_interval must be a number of seconds"),
@@ -96,10 +102,17 @@ def test_execute_complete_pushes_output_and_status_and_returns_the_kickoff_id():
 
 def test_execute_complete_on_pause_hands_the_paused_task_downstream():
     op, ti = kickoff(), FakeTI()
-    record = {"state": "PAUSED", "status": "Pending Human Input",
-              "last_executed_task": {"task_id": "draft_task", "output": "draft v1"}}
+    record = {
+        "state": "PAUSED",
+        "status": "Pending Human Input",
+        "last_executed_task": {"task_id": "draft_task", "output": "draft v1"},
+    }
     assert op.execute_complete({"ti": ti}, event("paused", record)) == KICKOFF_ID
-    assert ti.xcom["human_input"] == {"execution_id": KICKOFF_ID, "task_id": "draft_task", "task_output": "draft v1"}
+    assert ti.xcom["human_input"] == {
+        "execution_id": KICKOFF_ID,
+        "task_id": "draft_task",
+        "task_output": "draft v1",
+    }
 
 
 def test_execute_complete_on_pause_fails_when_asked_to():
@@ -112,13 +125,24 @@ def test_execute_complete_on_pause_fails_when_asked_to():
 @pytest.mark.parametrize(
     ("evt", "error", "message"),
     [
-        (event("failed", {"state": "FAILED", "error": "Agent crashed"}), CrewExecutionFailedError,
-         f"Crew execution {KICKOFF_ID} ended FAILED: Agent crashed"),
+        (
+            event("failed", {"state": "FAILED", "error": "Agent crashed"}),
+            CrewExecutionFailedError,
+            f"Crew execution {KICKOFF_ID} ended FAILED: Agent crashed",
+        ),
         (event("failed", {"state": "REVOKED"}), CrewExecutionFailedError, "ended REVOKED"),
-        (event("not_found", None, "not found after grace"), CrewExecutionNotFoundError, "not found after grace"),
+        (
+            event("not_found", None, "not found after grace"),
+            CrewExecutionNotFoundError,
+            "not found after grace",
+        ),
         (event("timeout", None, "Timed out waiting"), CrewExecutionTimeoutError, "Timed out waiting"),
         (event("error", None, "401 bad token"), CrewError, "401 bad token"),
-        ({"status": "weird", "kickoff_id": KICKOFF_ID, "message": ""}, CrewError, "Malformed crew status event"),
+        (
+            {"status": "weird", "kickoff_id": KICKOFF_ID, "message": ""},
+            CrewError,
+            "Malformed crew status event",
+        ),
         (None, CrewError, "Expected a crew status event"),
     ],
 )
@@ -133,8 +157,12 @@ def test_kickoff_without_waiting_returns_the_id_and_pushes_it(crew_conn):
         assert op.execute({"ti": ti}) == KICKOFF_ID
     start.assert_called_once()
     assert ti.xcom["kickoff_id"] == KICKOFF_ID
-    assert ti.xcom["webhooks"] == {"kickoff_id": KICKOFF_ID, "task_webhook_url": None, "step_webhook_url": None,
-                                   "crew_webhook_url": None}
+    assert ti.xcom["webhooks"] == {
+        "kickoff_id": KICKOFF_ID,
+        "task_webhook_url": None,
+        "step_webhook_url": None,
+        "crew_webhook_url": None,
+    }
 
 
 @pytest.mark.crew_service(faults=[{"kind": "status_404", "count": 5}])

@@ -43,8 +43,9 @@ def test_validate_inputs_names_missing_and_unknown_keys_and_starts_nothing(crew_
 
 
 def test_kickoff_waits_blocking_and_pushes_output_status_and_id(crew_service, crew_connection):
-    op = CrewKickoffOperator(task_id="k", inputs={"topic": "ops", "current_year": "2026"}, deferrable=False,
-                             poll_interval=0.1)
+    op = CrewKickoffOperator(
+        task_id="k", inputs={"topic": "ops", "current_year": "2026"}, deferrable=False, poll_interval=0.1
+    )
     ti = FakeTI()
     kickoff_id = op.execute({"ti": ti})
     assert ti.xcom["kickoff_id"] == kickoff_id
@@ -55,28 +56,61 @@ def test_kickoff_waits_blocking_and_pushes_output_status_and_id(crew_service, cr
 def test_resume_of_an_execution_that_is_not_paused_says_its_current_state(crew_service, crew_connection):
     kickoff_id = CrewHook().kickoff({"topic": "x", "current_year": "2026"})
     crew_service.wait_for_state(kickoff_id)
-    op = CrewResumeOperator(task_id="r", execution_id=kickoff_id, crew_task_id="research_task",
-                            human_feedback="ok", is_approve=True, carry_over_webhooks=False)
-    with pytest.raises(CrewBadRequestError, match=f"{kickoff_id} could not be resumed: it is not waiting for human input \\(current state: SUCCESS"):
+    op = CrewResumeOperator(
+        task_id="r",
+        execution_id=kickoff_id,
+        crew_task_id="research_task",
+        human_feedback="ok",
+        is_approve=True,
+        carry_over_webhooks=False,
+    )
+    with pytest.raises(
+        CrewBadRequestError,
+        match=f"{kickoff_id} could not be resumed: it is not waiting for human input \\(current state: SUCCESS",
+    ):
         op.execute({"ti": FakeTI()})
 
 
-def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(crew_service, crew_webhooks, monkeypatch):
+def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(
+    crew_service, crew_webhooks, monkeypatch
+):
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
-    monkeypatch.setenv("AIRFLOW_CONN_HUMAN_HOOK", json.dumps(
-        {"conn_type": "http", "host": crew_webhooks.url_for("human"), "login": "reviewer", "password": "basic-s3cret"}))
-    kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "t", "audience": "a"},
-                                  human_input_webhook_conn_id="human_hook", task_webhook_url=crew_webhooks.url_for("task"),
-                                  crew_webhook_url=crew_webhooks.url_for("kickoff-crew"), deferrable=False, poll_interval=0.1)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HUMAN_HOOK",
+        json.dumps(
+            {
+                "conn_type": "http",
+                "host": crew_webhooks.url_for("human"),
+                "login": "reviewer",
+                "password": "basic-s3cret",
+            }
+        ),
+    )
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "t", "audience": "a"},
+        human_input_webhook_conn_id="human_hook",
+        task_webhook_url=crew_webhooks.url_for("task"),
+        crew_webhook_url=crew_webhooks.url_for("kickoff-crew"),
+        deferrable=False,
+        poll_interval=0.1,
+    )
     ti = FakeTI()
     kickoff_id = kickoff.execute({"ti": ti})
     assert ti.xcom["human_input"]["execution_id"] == kickoff_id
     assert crew_webhooks.wait_for_count("human", 1)[0].authorization.startswith("Basic ")
 
-    resume = CrewResumeOperator(task_id="approve", execution_id=kickoff_id, kickoff_task_id="kickoff",
-                                crew_task_id=ti.xcom["human_input"]["task_id"], is_approve=True,
-                                crew_webhook_url=crew_webhooks.url_for("resume-crew"), wait_for="completion",
-                                deferrable=False, poll_interval=0.1)
+    resume = CrewResumeOperator(
+        task_id="approve",
+        execution_id=kickoff_id,
+        kickoff_task_id="kickoff",
+        crew_task_id=ti.xcom["human_input"]["task_id"],
+        is_approve=True,
+        crew_webhook_url=crew_webhooks.url_for("resume-crew"),
+        wait_for="completion",
+        deferrable=False,
+        poll_interval=0.1,
+    )
     resume_ti = FakeTI(pulls={("kickoff", "webhooks"): ti.xcom["webhooks"]})
     summary = resume.execute({"ti": resume_ti})
 
@@ -125,9 +159,16 @@ class XComDownTI(FakeTI):
         raise RuntimeError("API_SERVER_ERROR: timed out")
 
 
-def _kickoff_operator(store: FakeStateStore, monkeypatch: pytest.MonkeyPatch, **kwargs) -> CrewKickoffOperator:
-    op = CrewKickoffOperator(task_id="k", inputs={"topic": "ops", "current_year": "2026"}, deferrable=False,
-                             poll_interval=0.1, **kwargs)
+def _kickoff_operator(
+    store: FakeStateStore, monkeypatch: pytest.MonkeyPatch, **kwargs
+) -> CrewKickoffOperator:
+    op = CrewKickoffOperator(
+        task_id="k",
+        inputs={"topic": "ops", "current_year": "2026"},
+        deferrable=False,
+        poll_interval=0.1,
+        **kwargs,
+    )
     monkeypatch.setattr(op, "_state_store", lambda context: store)
     return op
 

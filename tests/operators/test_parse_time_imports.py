@@ -20,5 +20,7 @@ def test_importing_the_operators_and_the_sensor_loads_no_http_library_beyond_air
         "airflow_provider_crew.review, airflow_provider_crew.sensors.crew; "
         f"print(json.dumps(sorted({{m.split('.')[0] for m in set(sys.modules) - before}} & set({HTTP_STACK!r}))))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []

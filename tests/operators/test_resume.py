@@ -39,7 +39,9 @@ def test_resume_finds_the_kickoff_task_from_its_xcomarg():
 
     with DAG("d", schedule=None):
         start = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "x"})
-        resume = CrewResumeOperator(task_id="resume", execution_id=start.output, crew_task_id="t", is_approve=True)
+        resume = CrewResumeOperator(
+            task_id="resume", execution_id=start.output, crew_task_id="t", is_approve=True
+        )
     assert resume.kickoff_task_id == "kickoff"
 
 
@@ -54,7 +56,9 @@ def test_kickoff_id_is_the_parameter_and_is_templated_without_a_warning():
 
 
 def test_the_old_name_execution_id_still_works_and_warns():
-    with pytest.warns(AirflowProviderDeprecationWarning, match=r"execution_id=\.\.\.\) is deprecated; pass kickoff_id"):
+    with pytest.warns(
+        AirflowProviderDeprecationWarning, match=r"execution_id=\.\.\.\) is deprecated; pass kickoff_id"
+    ):
         op = CrewResumeOperator(task_id="r", execution_id=KICKOFF_ID, crew_task_id="t", is_approve=True)
     assert op.kickoff_id == KICKOFF_ID
 
@@ -76,7 +80,10 @@ def test_the_old_name_finds_the_kickoff_task_from_its_xcomarg_too():
     [
         ({}, "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output"),
         ({"kickoff_id": "  "}, "kickoff_id is required"),
-        ({"kickoff_id": KICKOFF_ID, "execution_id": KICKOFF_ID}, "Both kickoff_id and execution_id are given"),
+        (
+            {"kickoff_id": KICKOFF_ID, "execution_id": KICKOFF_ID},
+            "Both kickoff_id and execution_id are given",
+        ),
     ],
 )
 def test_missing_or_doubled_kickoff_id_is_named(kwargs, message):
@@ -90,7 +97,9 @@ def test_both_names_resume_a_paused_execution_over_http(crew_service, crew_webho
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
     monkeypatch.setenv(
         "AIRFLOW_CONN_HUMAN_HOOK",
-        json.dumps({"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}),
+        json.dumps(
+            {"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}
+        ),
     )
     kickoff = CrewKickoffOperator(
         task_id="kickoff",
@@ -126,8 +135,14 @@ def test_both_names_resume_a_paused_execution_over_http(crew_service, crew_webho
 
 
 def test_a_resume_wait_counts_the_404_grace_from_the_kickoff_tasks_time():
-    op = CrewResumeOperator(task_id="resume", kickoff_id=KICKOFF_ID, kickoff_task_id="kickoff", crew_task_id="t",
-                            is_approve=True, wait_for="completion")
+    op = CrewResumeOperator(
+        task_id="resume",
+        kickoff_id=KICKOFF_ID,
+        kickoff_task_id="kickoff",
+        crew_task_id="t",
+        is_approve=True,
+        wait_for="completion",
+    )
     ti = FakeTI()
     ti.xcom["pull:kicked_off_at"] = {"kickoff_id": KICKOFF_ID, "epoch_seconds": time.time() - 50}
     deadline = op._not_found_deadline({"ti": ti}, KICKOFF_ID, 60)

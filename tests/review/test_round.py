@@ -546,7 +546,9 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
 def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
 
     store = FakeStateStore()
-    store.set(review_answer.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}})
+    store.set(
+        review_answer.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}}
+    )
     monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
     op = round_operator()
     monkeypatch.setattr(op, "_follow_execution", lambda *args: None)
@@ -582,7 +584,6 @@ def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
 @needs_3_1
 def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_again(parked, monkeypatch):
     from airflow.providers.common.compat.sdk import TaskDeferred
-
 
     store = FakeStateStore()
     monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)

@@ -30,8 +30,16 @@ FAILING_CREW = {
     "name": "failing",
     "inputs": ["topic"],
     "step_seconds": 0.01,
-    "tasks": [{"name": "only_task", "agent": "A", "description": "d {topic}", "expected_output": "e", "fails": True,
-               "error": "only_task failed: tool crashed"}],
+    "tasks": [
+        {
+            "name": "only_task",
+            "agent": "A",
+            "description": "d {topic}",
+            "expected_output": "e",
+            "fails": True,
+            "error": "only_task failed: tool crashed",
+        }
+    ],
 }
 
 
@@ -39,8 +47,12 @@ UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
 
 
 class FakeTI:
-    def __init__(self, started_seconds_ago: float = 0.0, pulls: dict | None = None,
-                 first_poke_seconds_ago: float | None = None) -> None:
+    def __init__(
+        self,
+        started_seconds_ago: float = 0.0,
+        pulls: dict | None = None,
+        first_poke_seconds_ago: float | None = None,
+    ) -> None:
         self.start_date = datetime.now(timezone.utc) - timedelta(seconds=started_seconds_ago)
         self.try_number = 1
         self.xcom: dict[str, object] = {}
@@ -100,12 +112,16 @@ def test_poke_is_false_while_running_then_returns_the_output(crew_service, hook)
     assert "sensors" in done.xcom_value
 
 
-def test_wait_for_human_input_returns_the_paused_task(crew_service, crew_webhooks, crew_connection, monkeypatch):
+def test_wait_for_human_input_returns_the_paused_task(
+    crew_service, crew_webhooks, crew_connection, monkeypatch
+):
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
     kickoff_id = CrewHook().kickoff(
         {"topic": "sensors", "audience": "ops"},
-        human_input_webhook={"url": crew_webhooks.url_for("human"),
-                             "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"}},
+        human_input_webhook={
+            "url": crew_webhooks.url_for("human"),
+            "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"},
+        },
     )
     sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, wait_for="human_input", deferrable=False)
     done = poke_until_done(sensor, FakeTI(), crew_service, kickoff_id, "PAUSED")
@@ -135,8 +151,13 @@ def test_a_404_is_tolerated_within_the_grace_window_then_fails(crew_connection):
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_the_404_grace_counts_from_the_kickoff_not_from_the_sensor_start(crew_connection, deferrable):
     # The sensor started just now, but the kickoff task says it started the execution 31 s ago.
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, kickoff_task_id="kickoff",
-                              not_found_grace=30, deferrable=deferrable)
+    sensor = CrewStatusSensor(
+        task_id="wait",
+        kickoff_id=UNKNOWN_ID,
+        kickoff_task_id="kickoff",
+        not_found_grace=30,
+        deferrable=deferrable,
+    )
     other = kicked_off("11111111-0000-4000-8000-000000000000", 0)  # a mapped kickoff pushes one per id
     ti = FakeTI(pulls={("kickoff", "kicked_off_at"): [other, kicked_off(UNKNOWN_ID, 31)]})
     with pytest.raises(CrewExecutionNotFoundError, match=f"Crew execution {UNKNOWN_ID} not found"):
@@ -145,8 +166,9 @@ def test_the_404_grace_counts_from_the_kickoff_not_from_the_sensor_start(crew_co
 
 def test_a_deferred_sensor_hands_the_kickoff_based_grace_to_the_trigger(crew_connection):
     record = kicked_off(UNKNOWN_ID, 5)
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, kickoff_task_id="kickoff",
-                              not_found_grace=30, deferrable=True)
+    sensor = CrewStatusSensor(
+        task_id="wait", kickoff_id=UNKNOWN_ID, kickoff_task_id="kickoff", not_found_grace=30, deferrable=True
+    )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({"ti": FakeTI(pulls={("kickoff", "kicked_off_at"): record})})
     kwargs = deferred.value.trigger.serialize()[1]
@@ -155,8 +177,9 @@ def test_a_deferred_sensor_hands_the_kickoff_based_grace_to_the_trigger(crew_con
 
 def test_in_reschedule_mode_the_grace_counts_from_the_first_poke_not_from_each_reschedule(crew_connection):
     # No kickoff time known. Each reschedule restarts the task with a new start date; the grace must not.
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, not_found_grace=30, mode="reschedule",
-                              deferrable=False)
+    sensor = CrewStatusSensor(
+        task_id="wait", kickoff_id=UNKNOWN_ID, not_found_grace=30, mode="reschedule", deferrable=False
+    )
     with pytest.raises(CrewExecutionNotFoundError, match="not found"):
         sensor.poke({"ti": FakeTI(started_seconds_ago=0, first_poke_seconds_ago=31)})
 
@@ -179,7 +202,9 @@ def test_poke_fails_at_once_when_the_service_forgets_an_execution_it_answered_be
     crew_service.reset()  # the service restarts without its store
     with pytest.raises(CrewExecutionNotFoundError) as caught:
         sensor.poke({"ti": ti})  # well within the 60 s grace: before, this was "still queued"
-    assert str(caught.value).startswith(f"The crew service no longer knows execution {kickoff_id}: it answered")
+    assert str(caught.value).startswith(
+        f"The crew service no longer knows execution {kickoff_id}: it answered"
+    )
 
 
 async def test_a_deferred_wait_fails_at_once_when_the_service_forgets_an_execution_seen_before_deferring(
@@ -238,11 +263,14 @@ def test_a_trigger_timeout_raises_sensor_timeout_so_soft_fail_applies():
         sensor.execute_complete({"ti": FakeTI()}, event)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"wait_for": "done"}, "wait_for='done' is not known"),
-    ({"poke_interval": 0}, "poke_interval must be greater than 0"),
-    ({"not_found_grace": -1}, "not_found_grace must be greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"wait_for": "done"}, "wait_for='done' is not known"),
+        ({"poke_interval": 0}, "poke_interval must be greater than 0"),
+        ({"not_found_grace": -1}, "not_found_grace must be greater than 0"),
+    ],
+)
 def test_bad_input_fails_at_parse(kwargs, message):
     with pytest.raises(CrewConfigurationError, match=message):
         CrewStatusSensor(task_id="wait", kickoff_id="k", **kwargs)

@@ -131,7 +131,9 @@ def test_html_500(api: Api, crew_service: LocalCrewService) -> None:
     assert crew_service.faults.counts == {"html_500": 1}
 
 
-def test_html_200_answers_a_maintenance_page_and_acts_on_nothing(api: Api, crew_service: LocalCrewService) -> None:
+def test_html_200_answers_a_maintenance_page_and_acts_on_nothing(
+    api: Api, crew_service: LocalCrewService
+) -> None:
     crew_service.faults.garbage("html_200", endpoint="kickoff")
     resp = api.post("/kickoff", {"inputs": INPUTS})
     assert resp.status_code == 200
@@ -153,7 +155,9 @@ def test_truncated_json_acts_then_cuts_the_answer(api: Api, crew_service: LocalC
     assert crew_service.faults.counts == {"truncated_json": 1}
 
 
-def test_wrong_content_type_acts_and_labels_the_json_as_html(api: Api, crew_service: LocalCrewService) -> None:
+def test_wrong_content_type_acts_and_labels_the_json_as_html(
+    api: Api, crew_service: LocalCrewService
+) -> None:
     kickoff_id = api.kickoff(INPUTS)
     crew_service.faults.garbage("wrong_content_type", endpoint="status")
     resp = api.get(f"/{kickoff_id}/status")
@@ -163,7 +167,9 @@ def test_wrong_content_type_acts_and_labels_the_json_as_html(api: Api, crew_serv
     assert crew_service.faults.counts == {"wrong_content_type": 1}
 
 
-def test_unknown_state_answers_a_state_the_contract_does_not_know(api: Api, crew_service: LocalCrewService) -> None:
+def test_unknown_state_answers_a_state_the_contract_does_not_know(
+    api: Api, crew_service: LocalCrewService
+) -> None:
     kickoff_id = api.kickoff(INPUTS)
     crew_service.faults.garbage("unknown_state", endpoint="status", count=2)
     for _ in range(2):
@@ -256,7 +262,9 @@ def test_invalid_fault_rules_are_refused(data: dict, message: str) -> None:
 MiB = 1024 * 1024
 
 
-def test_oversized_answers_with_a_large_json_body_and_acts_on_nothing(api: Api, crew_service: LocalCrewService) -> None:
+def test_oversized_answers_with_a_large_json_body_and_acts_on_nothing(
+    api: Api, crew_service: LocalCrewService
+) -> None:
     crew_service.faults.oversized(5 * MiB, endpoint="kickoff")
 
     resp = api.post("/kickoff", {"inputs": INPUTS})
@@ -269,7 +277,9 @@ def test_oversized_answers_with_a_large_json_body_and_acts_on_nothing(api: Api, 
     assert crew_service.counters["responses"]["kickoff"] == {"200": 1}
 
 
-def test_gzip_bomb_is_small_on_the_wire_and_inflates_to_its_size(api: Api, crew_service: LocalCrewService) -> None:
+def test_gzip_bomb_is_small_on_the_wire_and_inflates_to_its_size(
+    api: Api, crew_service: LocalCrewService
+) -> None:
     crew_service.faults.gzip_bomb(64 * MiB, endpoint="inputs")
 
     resp = api.get("/inputs", stream=True)
@@ -303,12 +313,20 @@ def test_trickle_acts_then_sends_the_answer_one_byte_at_a_time(crew_service: Loc
     assert crew_service.faults.counts == {"trickle": 1}
 
 
-@pytest.mark.parametrize(("status", "endpoint", "path"), [(307, "kickoff", "/kickoff"), (302, "inputs", "/inputs")])
-def test_redirect_points_elsewhere_and_acts_on_nothing(api: Api, crew_service: LocalCrewService, status, endpoint, path) -> None:
+@pytest.mark.parametrize(
+    ("status", "endpoint", "path"), [(307, "kickoff", "/kickoff"), (302, "inputs", "/inputs")]
+)
+def test_redirect_points_elsewhere_and_acts_on_nothing(
+    api: Api, crew_service: LocalCrewService, status, endpoint, path
+) -> None:
     crew_service.faults.redirect("http://elsewhere.example.test:8080/base/", status=status, endpoint=endpoint)
 
     resp = api.session.request(
-        "POST" if endpoint == "kickoff" else "GET", api.base_url + path, json={"inputs": INPUTS}, allow_redirects=False, timeout=10
+        "POST" if endpoint == "kickoff" else "GET",
+        api.base_url + path,
+        json={"inputs": INPUTS},
+        allow_redirects=False,
+        timeout=10,
     )
 
     assert resp.status_code == status
@@ -317,12 +335,17 @@ def test_redirect_points_elsewhere_and_acts_on_nothing(api: Api, crew_service: L
     assert crew_service.faults.counts == {"redirect": 1}
 
 
-def test_a_redirect_rule_defaults_to_307_and_new_fields_travel_through_the_control_api(remote: RemoteCrewService) -> None:
+def test_a_redirect_rule_defaults_to_307_and_new_fields_travel_through_the_control_api(
+    remote: RemoteCrewService,
+) -> None:
     added = remote.faults.redirect("http://other.test:1")
     assert (added["kind"], added["status"], added["location"]) == ("redirect", 307, "http://other.test:1")
     big = remote.faults.add({"kind": "gzip_bomb", "size": 1024.0, "endpoint": "status"})
     assert big["size"] == 1024  # the CLI's key=value form sends numbers as floats
-    assert FaultRule.from_dict({"kind": "trickle", "seconds": 0.5}).describe() == "trickle one byte every 0.5s x1 on all endpoints"
+    assert (
+        FaultRule.from_dict({"kind": "trickle", "seconds": 0.5}).describe()
+        == "trickle one byte every 0.5s x1 on all endpoints"
+    )
 
 
 # -- the same knobs over the HTTP control API, as a test would steer a separately running service

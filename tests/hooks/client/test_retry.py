@@ -37,7 +37,9 @@ class Clock:
         return self.now
 
 
-def policy(method: str, *, deadline: float | None = None, max_retries: int | None = None, **settings) -> RetryPolicy:
+def policy(
+    method: str, *, deadline: float | None = None, max_retries: int | None = None, **settings
+) -> RetryPolicy:
     config = CrewConnectionConfig(base_url=CONFIG.base_url, token=CONFIG.token, **settings)
     return RetryPolicy(
         call(method, "/inputs" if method == "GET" else "/kickoff"),
@@ -107,7 +109,10 @@ def test_busy_answers_are_bounded_by_the_retry_budget_not_the_retry_limit():
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]  # the next (32 s) would end past 60 s
     assert sum(delays) <= 60
     assert isinstance(step, Stop) and step.response is not None
-    assert "Gave up after 6 attempt(s) in 31 s: the connection's retry_budget of 60 s is used up" in step.response.note
+    assert (
+        "Gave up after 6 attempt(s) in 31 s: the connection's retry_budget of 60 s is used up"
+        in step.response.note
+    )
 
 
 def test_retry_after_is_a_floor_and_the_backoff_grows_to_its_cap():
@@ -156,7 +161,12 @@ def test_a_one_try_call_never_retries():
 def test_the_attempt_time_bound_is_connect_plus_read_timeout():
     p = policy("GET", connect_timeout=4.0, read_timeout=20.0, max_response_bytes=1234)
     limits = p.limits()
-    assert (limits.total, limits.read_timeout, limits.connect_timeout, limits.max_bytes) == (24.0, 20.0, 4.0, 1234)
+    assert (limits.total, limits.read_timeout, limits.connect_timeout, limits.max_bytes) == (
+        24.0,
+        20.0,
+        4.0,
+        1234,
+    )
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,9 @@ def test_a_body_over_the_cap_fails_naming_endpoint_cap_setting_and_consequence()
         reader.feed(b"x")
 
     message = str(caught.value)
-    assert message.startswith("GET /k-1/status answered with a body over 1000 bytes (counted after decompression)")
+    assert message.startswith(
+        "GET /k-1/status answered with a body over 1000 bytes (counted after decompression)"
+    )
     assert "'max_response_bytes'" in message and "now 1000" in message
     assert "not repeated" in message
     assert message.endswith("Crew execution k-1 may still be running.")
@@ -101,7 +103,10 @@ def test_the_cap_counts_inflated_bytes_and_a_gzip_bomb_costs_memory_near_the_cap
 
 
 def test_an_encoding_that_was_not_asked_for_is_refused():
-    with pytest.raises(CrewServerError, match=r"Content-Encoding 'br', which was not asked for \(Accept-Encoding: gzip, deflate\)"):
+    with pytest.raises(
+        CrewServerError,
+        match=r"Content-Encoding 'br', which was not asked for \(Accept-Encoding: gzip, deflate\)",
+    ):
         BodyReader(call(), 200, {"Content-Encoding": "br"}, 1000)
 
 
@@ -110,7 +115,9 @@ def test_a_corrupt_gzip_body_is_a_server_error():
         read(b"\x1f\x8b\x08\x00garbage-garbage", max_bytes=1000, encoding="gzip")
 
 
-@pytest.mark.parametrize(("size", "text"), [(32 * MiB, "32 MiB"), (1024, "1 KiB"), (1000, "1000 bytes"), (2**30, "1 GiB")])
+@pytest.mark.parametrize(
+    ("size", "text"), [(32 * MiB, "32 MiB"), (1024, "1 KiB"), (1000, "1000 bytes"), (2**30, "1 GiB")]
+)
 def test_sizes_are_described_as_set(size, text):
     assert describe_size(size) == text
 
@@ -118,7 +125,9 @@ def test_sizes_are_described_as_set(size, text):
 # -- the redirect rule -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("location", ["/k-1/status/", f"{BASE}/v2/k-1/status", "https://CREW.example.test:443/x"])
+@pytest.mark.parametrize(
+    "location", ["/k-1/status/", f"{BASE}/v2/k-1/status", "https://CREW.example.test:443/x"]
+)
 def test_a_get_follows_a_redirect_to_the_same_origin(location):
     target = redirect_target(call(), f"{BASE}/k-1/status", 302, location, hops=0)
     assert target.lower().startswith(BASE)
@@ -133,7 +142,9 @@ def test_a_get_follows_a_redirect_to_the_same_origin(location):
     ],
 )
 def test_a_redirect_to_another_origin_is_refused(location, problem):
-    with pytest.raises(CrewRedirectError, match="redirect to " + problem.replace("(", r"\(").replace(")", r"\)")) as caught:
+    with pytest.raises(
+        CrewRedirectError, match="redirect to " + problem.replace("(", r"\(").replace(")", r"\)")
+    ) as caught:
         redirect_target(call(), f"{BASE}/k-1/status", 302, location, hops=0)
     assert caught.value.http_status == 302
     assert "Set the connection's host" in str(caught.value)

@@ -24,8 +24,13 @@ with DAG("crew_retry_reattach", schedule=None, start_date=START, catchup=False, 
         deferrable=False,
     )
 
-with DAG("crew_kickoff_outcome_unknown", schedule=None, start_date=START, catchup=False,
-         default_args={"retries": 2, "retry_delay": timedelta(seconds=1)}):
+with DAG(
+    "crew_kickoff_outcome_unknown",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
+):
     # The service starts the execution but the connection drops before the answer: the task must
     # fail without using its retries, so no second execution is started.
     CrewKickoffOperator(
