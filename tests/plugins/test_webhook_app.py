@@ -278,3 +278,21 @@ def test_answers_stay_whole_behind_the_api_servers_middleware(receiver, database
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             answer = client.post(path, content=b'{"kickoff_id": "k-9"}', headers=headers)
             assert answer.json() in ({"detail": "Not Found"}, {"accepted": True, "waking": 0})
+
+
+@pytest.mark.parametrize("change", ["removed", "other signature"])
+def test_without_the_airflow_internal_it_wakes_nothing_and_says_why(receiver, database, monkeypatch, change):
+    """A future Airflow without ``handle_event_submit`` (or with another one): the health check says
+    why, so that every task polls as before, and a webhook gets 503 and touches nothing."""
+    import airflow.models.trigger as airflow_trigger
+    from fastapi.testclient import TestClient
+
+    if change == "removed":
+        monkeypatch.delattr(airflow_trigger, "handle_event_submit")
+    else:
+        monkeypatch.setattr(airflow_trigger, "handle_event_submit", lambda event, *, ti, db: None)
+    with TestClient(create_app()) as client:
+        health = client.get("/v1/health", params={"nonce": "n"}).json()
+        assert health["wake"] is False and "handle_event_submit" in health["reason"]
+        answer = post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN))
+    assert answer.status_code == 503 and database[0] == {"find": [], "apply": []}
