@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_crew._compat import (
+    AIRFLOW_V_3_1_PLUS,
     AIRFLOW_V_3_3_PLUS,
-    AirflowOptionalProviderFeatureException,
     hitl_params,
     task_state_store,
 )
@@ -35,12 +35,13 @@ from airflow_provider_crew.waiting.task import deferral_settle_seconds
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-try:
+if AIRFLOW_V_3_1_PLUS:
     from airflow.providers.standard.triggers.hitl import HITLTrigger
-except (ImportError, AirflowOptionalProviderFeatureException):
-    # Airflow 3.0 has no human-in-the-loop, and the standard provider refuses to import its trigger
-    # there. The package must still import: crew_human_review refuses at DAG parse, naming 3.1. The
-    # trigger below is then never built.
+else:
+    # Airflow 3.0 has no human-in-the-loop: the standard provider refuses to import its trigger there,
+    # and trying costs the import of Airflow's models (and aiohttp) at DAG parse. The package must
+    # still import: crew_human_review refuses at DAG parse, naming 3.1. The trigger below is then
+    # never built.
     from airflow.triggers.base import BaseTrigger as HITLTrigger  # type: ignore[assignment]
 
 APPROVED_WITHOUT_TEXT = "Approved."

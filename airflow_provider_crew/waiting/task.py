@@ -64,9 +64,12 @@ OUTPUT_LOG_LIMIT = 2000
 #: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
 EXECUTION_URL_KWARG = "crew_execution_url"
 
-# Past Airflow's own bound on a deferring task's process (``[core] task_success_overtime``), the
-# LocalExecutor/Celery worker still has to report the exit and the scheduler to read it: a scheduler
-# loop or two, generously.
+# Airflow's supervisor checks a lingering task process against ``[core] task_success_overtime`` only
+# between its waits (up to ``[workers] min_heartbeat_interval``), then sends SIGTERM and, this long
+# after, SIGKILL.
+KILL_ESCALATION_SECONDS = 5.0
+# Past that, the worker still has to report the exit and the scheduler to read it: a scheduler loop or
+# two, generously.
 SETTLE_MARGIN_SECONDS = 5.0
 
 
@@ -81,16 +84,18 @@ def deferral_settle_seconds() -> float:
 
     When the task instance is queued again before the scheduler has read the executor's report of
     the deferring process's exit, Airflow fails it ("finished with state success, but the task
-    instance's state attribute is queued"). Airflow bounds how long that process may live after it
-    reported its state (``[core] task_success_overtime``, then it is killed); add a margin for the
-    executor to report the exit and the scheduler to read it. Zero in ``dag.test()``, which has no
-    executor and so no race.
+    instance's state attribute is queued"). That process can linger after it deferred (listeners,
+    log shipping; 5 s is common, more under load); Airflow bounds it: ``[core] task_success_overtime``
+    after the deferral, noticed within ``[workers] min_heartbeat_interval``, it is terminated, killed
+    at most 5 s later. Add a margin for the executor to report the exit and the scheduler to read it.
+    40 s with Airflow's defaults. Zero in ``dag.test()``, which has no executor and so no race.
     """
     if running_in_process_test():
         return 0.0
     overtime = conf.getfloat("core", "task_success_overtime", fallback=20.0)
+    check_interval = conf.getfloat("workers", "min_heartbeat_interval", fallback=5.0)
     heartbeat = conf.getfloat("scheduler", "scheduler_heartbeat_sec", fallback=5.0)
-    return overtime + max(SETTLE_MARGIN_SECONDS, 2 * heartbeat)
+    return overtime + check_interval + KILL_ESCALATION_SECONDS + max(SETTLE_MARGIN_SECONDS, 2 * heartbeat)
 
 
 def seconds(value: timedelta | float | int, parameter: str) -> float:

@@ -60,6 +60,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[AirflowStack, Any]]:
             ),
             # Airflow's bound on a deferring task's process, lowered so each wait settles in seconds.
             "AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5",
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__CORE__PARALLELISM": "8",
         }
         airflow = AirflowStack(tmp_path / "home", dags, env)

@@ -40,8 +40,8 @@ APPROVAL = "Good now, publish it."
 ROUND_TIMEOUT = 120
 RUN_TIMEOUT = 120
 # Airflow's bound on a deferring task's process, lowered so each wait settles in seconds; the
-# provider's settle time follows it (airflow_provider_crew._compat.deferral_settle_seconds).
-FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5"}
+# provider's settle time follows it (airflow_provider_crew.waiting.task.deferral_settle_seconds).
+FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
 
 
 @pytest.fixture

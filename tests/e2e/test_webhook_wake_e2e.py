@@ -151,6 +151,18 @@ def raced(airflow: AirflowStack) -> set[str]:
     return found
 
 
+def timeline(airflow: AirflowStack, ti_id: str) -> str:
+    """What the api-server, scheduler and triggerer logged about one task instance, in time order."""
+    lines = [
+        f"{component}: {line[:300]}"
+        for component in ("api-server", "scheduler", "triggerer")
+        for line in airflow.log_tail(component, 10**8).splitlines()
+        if ti_id in line
+    ]
+    # Airflow's components stamp their lines "2026-11-24T05:21:50.4Z" or "2026-11-24 05:21:50.4+00:00".
+    return "\n".join(sorted(lines, key=lambda line: line.split(": ", 1)[1][:26].replace("T", " ", 1)))
+
+
 def assert_no_race(airflow: AirflowStack, dag_id: str, *run_ids: str) -> None:
     """No try of these runs' task instances was failed by Airflow's race (the scheduler names each)."""
     hit = [
@@ -262,7 +274,9 @@ def test_review_rounds_are_woken_by_the_crews_pause(wake):
         parked = re.search(rf"new_state=awaiting_input.*ti_id={ti_id}", api_server) or re.search(
             rf"ti_id={ti_id}.*new_state=awaiting_input", api_server
         )
-        assert AIRFLOW_V_3_3_PLUS and parked, f"try {ti_id} was failed by Airflow's race after its wake"
+        assert AIRFLOW_V_3_3_PLUS and parked, (
+            f"try {ti_id} was failed by Airflow's race after its wake:\n{timeline(airflow, ti_id)}"
+        )
 
 
 # -- what must change nothing -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ TEMPLATE = "https://dashboard.example.test/crews/research/executions/{kickoff_id
 RUN_TIMEOUT = 180
 # Airflow's bound on a deferring task's process, lowered so that a deferral settles in seconds; the
 # provider's settle time before the trigger's first poll follows it.
-FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5"}
+FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
 
 
 @pytest.fixture

@@ -199,3 +199,17 @@ def test_a_crew_webhook_url_meets_wake_with_an_error_naming_both_and_starts_noth
     with pytest.raises(CrewConfigurationError, match=r"Drop crew_webhook_url"):
         resume.execute({"ti": FakeTI()})
     assert crew_service.request_count("resume") == 0
+
+
+def test_the_settle_time_covers_airflows_bound_on_a_lingering_deferring_process(monkeypatch):
+    """Overtime, the supervisor's check interval, SIGTERM-to-SIGKILL and two scheduler loops."""
+    from airflow_provider_crew.waiting import task
+
+    monkeypatch.setattr(task, "running_in_process_test", lambda: False)
+    settings = {"task_success_overtime": 20.0, "min_heartbeat_interval": 5.0, "scheduler_heartbeat_sec": 5.0}
+    monkeypatch.setattr(task.conf, "getfloat", lambda section, key, fallback=None: settings[key])
+    assert task.deferral_settle_seconds() == 20 + 5 + 5 + 10
+    settings.update(task_success_overtime=5.0, min_heartbeat_interval=1.0, scheduler_heartbeat_sec=1.0)
+    assert task.deferral_settle_seconds() == 5 + 1 + 5 + 5  # the margin never drops below 5 s
+    monkeypatch.setattr(task, "running_in_process_test", lambda: True)
+    assert task.deferral_settle_seconds() == 0.0  # dag.test() has no executor, so no race
