@@ -35,7 +35,7 @@ pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 DAG_FILE = HERE / "dags" / "crew_wake.py"
-RUN_TIMEOUT = 240
+RUN_TIMEOUT = 360  # a review run crosses four deferrals, each held about 35 s here (the race bound)
 WAITING_STATE = "awaiting_input" if AIRFLOW_V_3_3_PLUS else "deferred"
 # Airflow's stale executor-event race shows up in the scheduler's log in these words.
 RACE_SIGNS = ("state attribute is queued", "state mismatch", "externally")
