@@ -244,14 +244,26 @@ class AirflowStack:
     #: it can repeat its POST too.
     patience = 0.0
 
-    def api(self, method: str, path: str, expect: int | tuple[int, ...] = 200, **kwargs: Any) -> Any:
-        """A REST call; repeated for up to :attr:`patience` seconds while the api-server is swamped."""
+    def api(
+        self,
+        method: str,
+        path: str,
+        expect: int | tuple[int, ...] = 200,
+        *,
+        idempotent: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A REST call; repeated for up to :attr:`patience` seconds while the api-server is swamped.
+
+        :param idempotent: Whether a call that timed out may be sent again (default: GET only).
+        """
         deadline = time.monotonic() + self.patience
+        repeatable = method == "GET" if idempotent is None else idempotent
         while True:
             try:
                 return self._api_once(method, path, expect, **kwargs)
             except requests.Timeout:
-                if method != "GET" or time.monotonic() > deadline:
+                if not repeatable or time.monotonic() > deadline:
                     raise
             except AssertionError as error:
                 if " answered 500" not in str(error) or "Database error" not in str(error):
@@ -280,7 +292,7 @@ class AirflowStack:
         assert not errors["import_errors"], errors
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}, idempotent=True)
         body = {"logical_date": None, "conf": dict(conf or {})}
         if not self.patience:
             return str(self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
