@@ -12,8 +12,10 @@ plugin apps; this one checks every call itself:
 A webhook carries no result: it wakes the run's deferred waits on its execution (``kickoff_id``),
 and each woken task reads the status with the crew's token (:mod:`airflow_provider_crew.waiting.task`).
 A wake is applied no earlier than the trigger's own hold (``not_before``: Airflow fails a task resumed
-before the scheduler has handled its deferral, apache/airflow#67287), once per deferral, and only
-after re-checking under a row lock that the task instance still waits on that trigger. The Airflow
+before the scheduler has handled its deferral, apache/airflow#67287), and not before the scheduler that
+ran the task has been seen to start a loop after it (a stalled scheduler would read the deferring
+process's exit in the same loop as it queues the woken task). Once per deferral, and only after
+re-checking under a row lock that the task instance still waits on that trigger. The Airflow
 internal it relies on, ``airflow.models.trigger.handle_event_submit``, is probed: without it the
 health check says why and the tasks keep polling.
 """
@@ -56,6 +58,11 @@ KEYS_TTL_SECONDS = 60.0
 LOOKUP_DEDUP_SECONDS = 2.0
 # Database work of the plugin runs in at most this many threads at once.
 DB_THREADS = 4
+# How often held wakes read the heartbeat of the scheduler that ran their task, and for how long at most
+# (past that the wake is applied: the trigger's own poll would fire just the same).
+SCHEDULER_READ_INTERVAL = 1.0
+SCHEDULER_PATIENCE_SECONDS = 300.0
+NOT_READ = float("-inf")
 WOKEN_BY = {"crew": "the crew's completion webhook", "human": "the crew's human-input webhook"}
 
 
@@ -78,6 +85,7 @@ class Wait:
     ti_id: Any  # the task instance's id as the database holds it (a UUID)
     trigger_id: int
     kwargs: dict[str, Any]
+    scheduler_job_id: int | None = None  # the scheduler whose executor ran the task that deferred
 
     @property
     def not_before(self) -> float:
@@ -100,7 +108,7 @@ def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wai
     waits = []
     with create_session() as session:
         rows = session.execute(
-            select(TaskInstance.id, Trigger)
+            select(TaskInstance.id, TaskInstance.queued_by_job_id, Trigger)
             .join(Trigger, TaskInstance.trigger_id == Trigger.id)
             .where(
                 TaskInstance.dag_id == dag_id,
@@ -109,14 +117,30 @@ def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wai
                 Trigger.classpath == STATUS_TRIGGER,
             )
         ).all()
-        for ti_id, trigger in rows:
+        for ti_id, scheduler_job_id, trigger in rows:
             kwargs = dict(trigger.kwargs)
             if kwargs.get("kickoff_id") != kickoff_id:
                 continue
             if kind == "human" and kwargs.get("wait_for") != WaitFor.HUMAN_INPUT.value:
                 continue  # a pause ends only the waits that stop at one
-            waits.append(Wait(ti_id, trigger.id, kwargs))
+            waits.append(Wait(ti_id, trigger.id, kwargs, scheduler_job_id))
     return waits
+
+
+def scheduler_heartbeat(job_id: int) -> float | None:
+    """Epoch seconds of the latest heartbeat of scheduler job ``job_id``; None once it is not running.
+
+    The scheduler writes it at the end of a loop, after it has read its executor's events.
+    """
+    from airflow.jobs.job import Job, JobState
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(select(Job.state, Job.latest_heartbeat).where(Job.id == job_id)).one_or_none()
+    if row is None or row.state != JobState.RUNNING or row.latest_heartbeat is None:
+        return None
+    return float(row.latest_heartbeat.timestamp())
 
 
 def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
@@ -165,6 +189,7 @@ class Waker:
         self._woken: OrderedDict[tuple[str, int, float], None] = OrderedDict()  # deferrals woken (bounded)
         self._recent: dict[tuple[str, str, str, str], float] = {}  # lookup -> when (monotonic)
         self._threads = asyncio.Semaphore(DB_THREADS)
+        self._heartbeats: dict[int, tuple[float, float | None]] = {}  # scheduler job -> (read at, beat)
 
     async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> int:
         """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled."""
@@ -195,6 +220,8 @@ class Waker:
         delay = wait.not_before - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        if wait.scheduler_job_id is not None:
+            await self._until_scheduler_looped(wait.scheduler_job_id, wait.not_before)
         event = CrewWaitEvent(
             outcome=Outcome.WOKEN,
             kickoff_id=str(wait.kwargs.get("kickoff_id")),
@@ -222,6 +249,39 @@ class Waker:
                 kind,
                 wait.kwargs.get("kickoff_id"),
             )
+
+    async def _until_scheduler_looped(self, job_id: int, since: float) -> None:
+        """Wait until scheduler ``job_id`` has begun a loop after ``since`` (and so read the deferring
+        process's exit, if it came by then): two heartbeats written after it, the second from a later
+        loop. Returns at once when that scheduler is gone (its executor's events went with it)."""
+        first: float | None = None
+        deadline = time.monotonic() + SCHEDULER_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            beat = await self._scheduler_heartbeat(job_id)
+            if beat is None:
+                return
+            if beat > since:
+                if first is not None and beat > first:
+                    return
+                first = first or beat
+            await asyncio.sleep(SCHEDULER_READ_INTERVAL)
+        log.warning(
+            "Scheduler job %s has not looped for %.0f s; waking anyway.", job_id, SCHEDULER_PATIENCE_SECONDS
+        )
+
+    async def _scheduler_heartbeat(self, job_id: int) -> float | None:
+        """The scheduler's latest heartbeat (-inf while unknown), read at most once per interval for all
+        the held wakes."""
+        read_at, beat = self._heartbeats.get(job_id, (-SCHEDULER_READ_INTERVAL, NOT_READ))
+        if time.monotonic() - read_at >= SCHEDULER_READ_INTERVAL:
+            self._heartbeats[job_id] = (time.monotonic(), beat)  # the others use this read's result
+            try:
+                async with self._threads:
+                    beat = await asyncio.to_thread(scheduler_heartbeat, job_id)
+            except Exception:  # e.g. SQLite's "database is locked": read again next time
+                log.debug("Could not read scheduler job %s's heartbeat.", job_id, exc_info=True)
+            self._heartbeats[job_id] = (time.monotonic(), beat)
+        return beat
 
 
 class ReceiverKeys:

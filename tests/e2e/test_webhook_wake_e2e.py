@@ -49,12 +49,12 @@ def work(name: str, seconds: float, steps: int = 1, **extra: Any) -> dict[str, A
     return {"name": name, "agent": "Worker", "steps": steps, "step_seconds": seconds / steps, **extra}
 
 
-def review_crew(name: str, outline: float) -> dict[str, Any]:
+def review_crew(name: str, outline: float, draft: float = 4, publish: float = 3) -> dict[str, Any]:
     return crew(
         name,
         work("outline_task", outline),
-        work("draft_task", 4, steps=2, human_input=True),
-        work("publish_task", 3),
+        work("draft_task", draft, steps=2, human_input=True),
+        work("publish_task", publish),
     )
 
 
@@ -63,8 +63,11 @@ CREWS = [
     crew("slow_b", work("research_task", 30, steps=6), work("writing_task", 30, steps=6)),
     crew("quick", work("only_task", 0.5)),
     crew("safety", work("only_task", 30, steps=3)),
-    review_crew("review_a", outline=12),
-    review_crew("review_b", outline=12),
+    # A wait must outlast the trigger's first look (a few seconds after the deferral), or that look, not
+    # the webhook, finds the end (and fires at the hold, ahead of the wake, which also waits for the
+    # scheduler).
+    review_crew("review_a", outline=12, publish=15),
+    review_crew("review_b", outline=12, draft=20),  # each round's pause comes after the first look too
     *(crew(f"soak_{n}", work("only_task", max(n - 0.2, 0.5)), pending=0.1) for n in (2, 10, 20, 30, 40)),
 ]
 SOAK_CREWS = ("soak_2", "soak_10", "soak_20", "soak_30", "soak_40")  # as in dags/crew_wake.py

@@ -8,6 +8,7 @@ a real api-server and database, is tests/e2e/test_webhook_wake_e2e.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from typing import Any
@@ -199,6 +200,36 @@ def test_a_lookup_made_again_later_does_not_wake_a_deferral_twice(client, databa
     again = post(client, {"kickoff_id": "k-1"}, token=token)
     assert len(calls["find"]) == 2  # looked up again...
     assert again.json()["waking"] == 0 and len(calls["apply"]) == 1  # ...the same deferral: woken already
+
+
+def test_a_held_wake_waits_for_a_scheduler_loop_begun_after_the_hold(client, database, monkeypatch):
+    """A stalled scheduler reads the deferring process's exit late: the wake waits for two of its
+    heartbeats written after the hold (the second from a loop begun after it)."""
+    calls, waits = database
+    monkeypatch.setattr(webhook_app, "SCHEDULER_READ_INTERVAL", 0.05)
+    not_before = time.time()
+    beats = iter([not_before - 5, not_before - 5, not_before + 1, not_before + 1, not_before + 2])
+    read: list[int] = []
+
+    def scheduler_heartbeat(job_id: int) -> float | None:
+        read.append(job_id)
+        return next(beats, not_before + 3)
+
+    monkeypatch.setattr(webhook_app, "scheduler_heartbeat", scheduler_heartbeat)
+    waits.append(dataclasses.replace(wait_of("k-1", not_before=not_before), scheduler_job_id=3))
+    assert post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN)).json()["waking"] == 1
+    wait_until(lambda: calls["apply"], timeout=10)
+    assert read == [3] * 5  # stalled twice, a first loop, the same heartbeat, then a later loop
+
+
+def test_a_held_wake_of_a_scheduler_that_is_gone_is_applied_at_once(client, database, monkeypatch):
+    calls, waits = database
+    read: list[int] = []
+    monkeypatch.setattr(webhook_app, "scheduler_heartbeat", lambda job_id: read.append(job_id))
+    waits.append(dataclasses.replace(wait_of("k-1", not_before=0), scheduler_job_id=3))
+    assert post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN)).json()["waking"] == 1
+    wait_until(lambda: calls["apply"], timeout=10)
+    assert read == [3]  # not running any more: its executor's events went with it
 
 
 # -- the worker's check, over real HTTP ----------------------------------------------------------------
