@@ -85,7 +85,7 @@ def human_in_the_loop_available() -> bool:
 
 def review_in_airflow(home: Path, *, ui: bool) -> int:
     sys.path.insert(0, str(REPO))
-    from tests.e2e.airflow_stack import AirflowStack
+    from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack
 
     dags = home.parent / "dags"
     shutil.rmtree(dags, ignore_errors=True)
@@ -100,10 +100,7 @@ def review_in_airflow(home: Path, *, ui: bool) -> int:
                 {"conn_type": "http", "host": receiver.url_for("human"), "password": "demo-webhook-token"}
             ),
             "CREW_EXAMPLE_WEBHOOK_BASE": receiver.url_for("").rstrip("/"),
-            # Airflow's bound on a deferring task's process, lowered so the review rounds' settle time
-            # (which follows it) is seconds, not 40 s.
-            "AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5",
-            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            **FAST_SETTLE,  # the review rounds' holds last seconds, not 40 s
         }
         airflow = AirflowStack(home, dags, env)
         print(f"Local crew service: {service.base_url} (crew: review)")

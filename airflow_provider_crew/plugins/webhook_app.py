@@ -261,9 +261,10 @@ class Waker:
             if beat is None:
                 return
             if beat > since:
-                if first is not None and beat > first:
+                if first is None:
+                    first = beat
+                elif beat > first:
                     return
-                first = first or beat
             await asyncio.sleep(SCHEDULER_READ_INTERVAL)
         log.warning(
             "Scheduler job %s has not looped for %.0f s; waking anyway.", job_id, SCHEDULER_PATIENCE_SECONDS
@@ -274,7 +275,8 @@ class Waker:
         the held wakes."""
         read_at, beat = self._heartbeats.get(job_id, (-SCHEDULER_READ_INTERVAL, NOT_READ))
         if time.monotonic() - read_at >= SCHEDULER_READ_INTERVAL:
-            self._heartbeats[job_id] = (time.monotonic(), beat)  # the others use this read's result
+            # Marked read now: the other held wakes keep the last beat meanwhile instead of reading too.
+            self._heartbeats[job_id] = (time.monotonic(), beat)
             try:
                 async with self._threads:
                     beat = await asyncio.to_thread(scheduler_heartbeat, job_id)

@@ -26,7 +26,7 @@ from tests.browser.harness import (
     log_in,
     missing_requirement,
 )
-from tests.e2e.airflow_stack import AirflowStack, wait_for
+from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -58,9 +58,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[AirflowStack, Any]]:
             "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
                 {"conn_type": "http", "host": service.webhooks.url_for("human"), "password": "hook-token"}
             ),
-            # Airflow's bound on a deferring task's process, lowered so each wait settles in seconds.
-            "AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5",
-            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            **FAST_SETTLE,  # each wait settles in seconds
             "AIRFLOW__CORE__PARALLELISM": "8",
         }
         airflow = AirflowStack(tmp_path / "home", dags, env)

@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 
-from .airflow_stack import AirflowStack
+from .airflow_stack import FAST_SETTLE, AirflowStack
 
 pytestmark = [
     pytest.mark.e2e,
@@ -39,9 +39,6 @@ APPROVAL = "Good now, publish it."
 # Every wait below has its own deadline; this bounds the whole test on a slow 2-core machine.
 ROUND_TIMEOUT = 120
 RUN_TIMEOUT = 120
-# Airflow's bound on a deferring task's process, lowered so each wait settles in seconds; the
-# provider's settle time follows it (airflow_provider_crew.waiting.task.deferral_settle_seconds).
-FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_crew.connection import build_execution_url
 from tests.browser import harness
-from tests.e2e.airflow_stack import AirflowStack, wait_for
+from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -33,9 +33,6 @@ TASK_ID = "kickoff"
 LINK_NAME = "Crew execution"
 TEMPLATE = "https://dashboard.example.test/crews/research/executions/{kickoff_id}"
 RUN_TIMEOUT = 180
-# Airflow's bound on a deferring task's process, lowered so that a deferral settles in seconds; the
-# provider's settle time before the trigger's first poll follows it.
-FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
 
 
 @pytest.fixture
