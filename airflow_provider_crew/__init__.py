@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 PACKAGE_NAME = "airflow-provider-crew"
 INTEGRATION_NAME = "Crew"

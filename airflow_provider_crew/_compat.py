@@ -26,6 +26,7 @@ from airflow.providers.common.compat.sdk import (
 from packaging.version import Version
 
 if TYPE_CHECKING:
+    from airflow.providers.standard.triggers.hitl import HITLTrigger as HITLTrigger
     from airflow.sdk.definitions.connection import Connection
     from airflow.sdk.definitions.param import Param
 
@@ -73,6 +74,30 @@ def require_human_in_the_loop(message: str) -> None:
         raise AirflowOptionalProviderFeatureException(message.format(version=_airflow_version))
 
 
+def task_awaiting_input(method_name: str, kwargs: dict[str, Any], timeout: Any) -> BaseException | None:
+    """What parks a task for a human-in-the-loop answer without a trigger (``TaskAwaitingInput``,
+    Airflow 3.3+; the answer resumes the task in ``method_name``); None before 3.3, which defers."""
+    if not AIRFLOW_V_3_3_PLUS:
+        return None
+    from airflow.sdk.exceptions import TaskAwaitingInput
+
+    return TaskAwaitingInput(method_name=method_name, kwargs=kwargs, timeout=timeout)
+
+
+def __getattr__(name: str) -> Any:
+    """``HITLTrigger``, looked up when first imported (it loads Airflow's models and aiohttp): the
+    standard provider's on 3.1+; on 3.0, which has no human-in-the-loop and refuses to import it,
+    the plain trigger base, so that the review package still imports and refuses at DAG parse."""
+    if name == "HITLTrigger":
+        if AIRFLOW_V_3_1_PLUS:
+            from airflow.providers.standard.triggers.hitl import HITLTrigger
+        else:
+            from airflow.triggers.base import BaseTrigger as HITLTrigger  # type: ignore[assignment]
+        globals()[name] = HITLTrigger
+        return HITLTrigger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def task_state_store(context: Mapping[str, Any]) -> Any:
     """The task instance's state store (Airflow 3.3+), which outlives a try; None before 3.3.
 
@@ -98,10 +123,12 @@ __all__ = [
     "BaseHook",
     "BaseOperator",
     "BaseSensorOperator",
+    "HITLTrigger",
     "aget_connection",
     "conf",
     "hitl_params",
     "require_human_in_the_loop",
     "running_in_process_test",
+    "task_awaiting_input",
     "task_state_store",
 ]

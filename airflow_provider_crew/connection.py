@@ -21,14 +21,10 @@ from airflow_provider_crew.connection_form import (
     CONN_FIELDS,
     CONN_TYPE,
     HOST_LABEL,
-    LEGACY_EXTRA_NAMES,
     PORT_LABEL,
-    RECEIVER_UI_FIELD_BEHAVIOUR,
     TOKEN_LABEL,
-    UI_FIELD_BEHAVIOUR,
     StatusPathStyle,
     TokenKind,
-    connection_form_widgets,
 )
 from airflow_provider_crew.exceptions import CrewConfigurationError
 
@@ -41,16 +37,11 @@ MAX_BACKOFF_SECONDS = 60.0
 
 
 def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
-    """Read an extra stored plain (``timeout``) or with the old form prefix (``extra__crew__timeout``).
-
-    A field renamed since (:data:`LEGACY_EXTRA_NAMES`) is also read under its old name; the new
-    name wins when both are set.
-    """
-    for stored_name in (name, *LEGACY_EXTRA_NAMES.get(name, ())):
-        for key in (stored_name, f"extra__{CONN_TYPE}__{stored_name}"):
-            value = extra.get(key)
-            if value is not None and value != "":
-                return value
+    """Read an extra stored plain (``timeout``) or with the old form prefix (``extra__crew__timeout``)."""
+    for key in (name, f"extra__{CONN_TYPE}__{name}"):
+        value = extra.get(key)
+        if value is not None and value != "":
+            return value
     return None
 
 
@@ -392,22 +383,11 @@ def missing_connection(conn_id: str) -> CrewConfigurationError:
     )
 
 
-# The form's names, importable from here as before.
 __all__ = [
-    "CONN_FIELDS",
-    "CONN_TYPE",
-    "HOST_LABEL",
-    "PORT_LABEL",
-    "RECEIVER_UI_FIELD_BEHAVIOUR",
-    "TOKEN_LABEL",
-    "UI_FIELD_BEHAVIOUR",
     "CrewConnectionConfig",
     "CrewConnectionError",
-    "StatusPathStyle",
-    "TokenKind",
     "config_from_connection",
     "connection_extra",
-    "connection_form_widgets",
     "extra_as_dict",
     "missing_connection",
     "normalise_base_url",

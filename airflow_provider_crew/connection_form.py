@@ -121,10 +121,6 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Extras read under an older name too, for connections saved before the rename. "token_kind"
-# became "credential_kind" because Airflow masks every extra whose key contains "token".
-LEGACY_EXTRA_NAMES: dict[str, tuple[str, ...]] = {"credential_kind": ("token_kind",)}
-
 # The webhook receiver's connection (hooks/webhook_receiver.py): its type, the one id it is read
 # under, and its form (the api-server's address and the key).
 RECEIVER_CONN_TYPE = "crew_webhook_receiver"

@@ -91,6 +91,14 @@ class CrewExecutionFailedError(CrewError):
     """The execution ended FAILED or REVOKED."""
 
 
+class CrewExecutionPausedError(CrewError, AirflowFailException):
+    """The execution paused for human input and the task's ``on_human_input`` is ``"fail"``.
+
+    An AirflowFailException: the task fails without using its retries, because a retry would start
+    (or wait for) another execution while this one stays paused at the service; the message names it.
+    """
+
+
 class CrewExecutionNotFoundError(CrewError):
     """The service answers 404 for the execution: still, beyond the grace period after kickoff, or
     again, after it had answered for it (it lost the execution)."""

@@ -1,5 +1,5 @@
 """The crew execution service's contract as data: request bodies and answers (the status record is
-:mod:`airflow_provider_crew.status`, whose names are importable from here too).
+:mod:`airflow_provider_crew.status`).
 
 No Airflow import here: the models describe the HTTP contract and the variants that deployed
 services answer with (both in docs/contract.md); the hook is the only user that sends them.
@@ -23,14 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_provider_crew.status import (
-    CrewProgress,
-    CrewState,
-    CrewStatus,
-    normalise_state,
-    shorten_text,
-    text_or_none,
-)
+from airflow_provider_crew.status import shorten_text, text_or_none
 
 log = logging.getLogger(__name__)
 
@@ -272,12 +265,7 @@ class ServiceError(BaseModel):
         return text
 
 
-# CrewProgress, CrewState, CrewStatus and normalise_state (airflow_provider_crew.status) are
-# importable from here as before the status record got its own module.
 __all__ = [
-    "CrewProgress",
-    "CrewState",
-    "CrewStatus",
     "HumanInputWebhook",
     "KickoffRequest",
     "KickoffResponse",
@@ -287,6 +275,5 @@ __all__ = [
     "ServiceError",
     "WebhookAuthentication",
     "check_webhook_url",
-    "normalise_state",
     "parse_inputs_response",
 ]

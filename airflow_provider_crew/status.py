@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-log = logging.getLogger("airflow_provider_crew.models")  # where these warnings were logged before
+log = logging.getLogger(__name__)
 
 
 class CrewState(str, enum.Enum):

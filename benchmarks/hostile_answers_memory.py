@@ -67,7 +67,8 @@ def _reset_peak() -> None:
 
 
 async def _child(config: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
+    from airflow_provider_crew.hooks.client.transport import close_shared_sessions
+    from airflow_provider_crew.hooks.crew import CrewHook
 
     good_hook = CrewHook("crew_good")
     bad_hook = CrewHook("crew_bad")

@@ -22,7 +22,14 @@ run of each command fills it first (an editable install with ``PYTHONDONTWRITEBY
 would otherwise compile the provider's sources at every import, and count that as import time).
 Prints figures; it is not a pass/fail test.
 
+With ``--before PATH`` (another checkout of the provider, e.g. ``git worktree add /tmp/before
+<commit>``) it compares two trees instead: the provider's timed import runs with ``PYTHONPATH`` at
+that tree and at this one, alternating (one of each per run, the order swapped every run, byte code
+compiled beforehand for both), and prints both medians of what the provider adds after ``import
+airflow.sdk`` and their ratio (after / before), then each tree's costliest modules.
+
     python benchmarks/import_time.py [--runs 21]
+    python benchmarks/import_time.py --before /tmp/before-0466b00 [--runs 9]
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 BASELINE = "import airflow.sdk"
 PROVIDER_ONLY = "import airflow_provider_crew.operators.crew, airflow_provider_crew.sensors.crew"
@@ -68,19 +76,25 @@ def _child_env() -> dict[str, str]:
 
 
 CHILD_ENV = _child_env()
+THIS_TREE = Path(__file__).resolve().parents[1]
 
 
-def run_child(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+def run_child(arguments: list[str], tree: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a fresh interpreter; with ``tree`` (a checkout's root), the provider is imported from there.
+
+    The child then runs in ``tree`` too: ``python -c`` puts its working directory first on the path.
+    """
+    env = CHILD_ENV if tree is None else {**CHILD_ENV, "PYTHONPATH": str(tree)}
     return subprocess.run(
-        [sys.executable, *arguments], check=True, capture_output=True, text=True, env=CHILD_ENV
+        [sys.executable, *arguments], check=True, capture_output=True, text=True, env=env, cwd=tree
     )
 
 
-def timed_run(code: str) -> tuple[float, float, str]:
+def timed_run(code: str, tree: Path | None = None) -> tuple[float, float, str]:
     """Wall and CPU seconds (user + system) of one fresh interpreter running ``code``, and its output."""
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    out = run_child(["-c", code]).stdout.strip()
+    out = run_child(["-c", code], tree).stdout.strip()
     wall = time.perf_counter() - started
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
@@ -93,7 +107,16 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=21, help="fresh interpreters per command (default 21)")
     parser.add_argument("--top", type=int, default=12, help="modules listed from the import profile")
+    parser.add_argument(
+        "--before",
+        metavar="PATH",
+        type=Path,
+        help="another checkout of the provider: time its imports and this tree's, interleaved",
+    )
     args = parser.parse_args()
+    if args.before is not None:
+        compare(args.before.resolve(), THIS_TREE, runs=args.runs, top=args.top)
+        return
 
     # One untimed run of each first: byte-code compilation and a cold page cache are not import time.
     timed_run(BASELINE)
@@ -144,8 +167,41 @@ def main() -> None:
         print(f"  {self_us / 1000:6.1f} ms self {cumulative_us / 1000:6.1f} ms cumulative  {module}")
 
 
-def _importtime(code: str) -> dict[str, tuple[int, int]]:
-    err = run_child(["-X", "importtime", "-c", code]).stderr
+def compare(before: Path, after: Path, *, runs: int, top: int) -> None:
+    """What the provider adds after ``import airflow.sdk``, from ``before`` and ``after``, interleaved."""
+    trees = {"before": before, "after": after}
+    where = "import airflow_provider_crew as p, pathlib; print(pathlib.Path(p.__file__).parents[1])"
+    for name, tree in trees.items():
+        found = run_child(["-c", where], tree).stdout.strip()
+        if Path(found).resolve() != tree:
+            sys.exit(f"{name}: the provider was imported from {found}, not from {tree}")
+        timed_run(PROVIDER_TIMED, tree)  # untimed: fills the byte-code cache
+    inside: dict[str, list[float]] = {name: [] for name in trees}
+    wall: dict[str, list[float]] = {name: [] for name in trees}
+    for run in range(runs):
+        for name in list(trees)[:: 1 if run % 2 == 0 else -1]:  # the order swapped every run
+            seconds, _, out = timed_run(PROVIDER_TIMED, trees[name])
+            inside[name].append(float(out))
+            wall[name].append(seconds * 1000)
+    print(f"python {sys.version.split()[0]}, {runs} interleaved runs per tree, a fresh interpreter per run")
+    print("provider adds, timed inside each run after `import airflow.sdk` (wall: the whole interpreter):")
+    for name, tree in trees.items():
+        times = sorted(inside[name])
+        print(
+            f"  {name:<7} median {statistics.median(times):5.1f} ms, quartiles {times[len(times) // 4]:.1f}-"
+            f"{times[3 * len(times) // 4]:.1f} ms (wall {statistics.median(wall[name]):.0f} ms)  {tree}"
+        )
+    ratio = statistics.median(inside["after"]) / statistics.median(inside["before"])
+    print(f"  ratio after / before: {ratio:.2f}")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
+    for name, tree in trees.items():
+        print(f"\n{name}: self time of what the provider adds (one -X importtime run, {top} costliest):")
+        for module, self_us, cumulative_us in import_profile(tree)[:top]:
+            print(f"  {self_us / 1000:6.1f} ms self {cumulative_us / 1000:6.1f} ms cumulative  {module}")
+
+
+def _importtime(code: str, tree: Path | None = None) -> dict[str, tuple[int, int]]:
+    err = run_child(["-X", "importtime", "-c", code], tree).stderr
     found: dict[str, tuple[int, int]] = {}
     for line in err.splitlines():
         parts = line.removeprefix("import time:").split("|")
@@ -154,9 +210,9 @@ def _importtime(code: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def import_profile() -> list[tuple[str, int, int]]:
+def import_profile(tree: Path | None = None) -> list[tuple[str, int, int]]:
     """Modules imported with the provider but not by ``import airflow.sdk``: (name, self µs, cum µs)."""
-    base, full = _importtime(BASELINE), _importtime(PROVIDER)
+    base, full = _importtime(BASELINE, tree), _importtime(PROVIDER, tree)
     added = [(name, t[0], t[1]) for name, t in full.items() if name not in base]
     return sorted(added, key=lambda row: -row[1])
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
+from airflow_provider_crew.hooks.client.transport import close_shared_sessions
+from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.testing import CrewServiceProcess
 
 CONN_ID = "crew_bench"

@@ -1,7 +1,7 @@
 """A human-review loop: the crew drafts, a reviewer asks for changes, the crew redrafts, the reviewer
 approves, the crew finishes.
 
-kickoff (returns at the pause) -> request changes (waits for the next pause) -> approve (waits for
+kickoff (returns at the pause) -> request changes (returns at the next pause) -> approve (waits for
 completion) -> publish. Here the "reviewer" is two scripted tasks of this DAG, ``request_changes``
 and ``approve``; crew_human_review (example_crew_review_in_airflow) puts a person in the Airflow
 UI instead.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, XComArg, task
+from airflow.sdk import DAG, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
@@ -52,7 +52,7 @@ with DAG(
         crew_conn_id="crew_review",
         inputs={"topic": "{{ params.topic }}", "audience": "data engineers"},
         human_input_webhook_conn_id="crew_review_webhook",
-        on_human_input="return",  # finish at the pause; the paused task goes to XCom 'human_input'
+        on_human_input="return",  # end at the pause (the default); the paused task goes to XCom 'human_input'
         poll_interval=1,
         **NOTIFICATIONS,
     )
@@ -67,7 +67,7 @@ with DAG(
         crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
         human_feedback="{{ params.feedback }}",
         is_approve=False,
-        wait_for="human_input",  # the crew redoes the task with the feedback, then pauses again
+        on_human_input="return",  # the crew redoes the task with the feedback, then pauses again
         poll_interval=1,
     )
 
@@ -77,8 +77,7 @@ with DAG(
         kickoff_id=kickoff.output,
         crew_task_id="{{ ti.xcom_pull(task_ids='request_changes', key='human_input')['task_id'] }}",
         human_feedback="Approved, publish it.",
-        is_approve=True,
-        wait_for="completion",
+        is_approve=True,  # then waits for completion (wait_for_completion=True is the default)
         poll_interval=1,
     )
     # [END howto_operator_crew_resume]
@@ -92,9 +91,9 @@ with DAG(
 
     kickoff >> request_changes >> approve
     publish(
-        XComArg(kickoff, key="human_input"),
-        XComArg(request_changes, key="human_input"),
-        XComArg(approve, key="output"),
+        kickoff.output["human_input"],
+        request_changes.output["human_input"],
+        approve.output["result"],
     )
 
 

@@ -44,7 +44,7 @@ with DAG(
         task_id="wait_for_crew",
         crew_conn_id="crew_default",
         kickoff_id=kickoff.output,
-        poke_interval=1,
+        poll_interval=1,
         timeout=600,
         openlineage_include_values=False,  # the default: the output may be private
     )
@@ -55,7 +55,8 @@ with DAG(
         print(f"Crew output:\n{output}")
         return output
 
-    report(wait.output)
+    # Like every crew task, the sensor returns the kickoff id; the crew's output is XCom "result".
+    report(wait.output["result"])
 # [END howto_crew_quickstart]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, XComArg, task
+from airflow.sdk import DAG, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 
@@ -30,7 +30,7 @@ with DAG(
             print(f"{topic}: {output[:200]}")
         return collected
 
-    collect(XComArg(research, key="output"))
+    collect(research.output["result"])
     # [END howto_operator_crew_kickoff_mapped]
 
 

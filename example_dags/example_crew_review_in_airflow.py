@@ -21,7 +21,7 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG, XComArg, task
+from airflow.sdk import DAG, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.review import crew_human_review
@@ -73,7 +73,9 @@ with DAG(
         print(f"Final output:\n{final_output}")
         return final_output
 
-    publish(review.output, XComArg(review, key="review_history"))
+    # Wired like a task group; like every crew task, review.output is the kickoff id, and its
+    # XComs hold the final output ("result") and every round's record ("review_history").
+    publish(review.output["result"], review.output["review_history"])
     # [END howto_crew_review_in_airflow]
 
 if __name__ == "__main__":

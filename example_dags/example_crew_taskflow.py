@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import XComArg, dag, task
+from airflow.sdk import dag, task
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 
@@ -34,7 +34,7 @@ def example_crew_taskflow():
         print(f"Structured output: {summary}")
         return summary
 
-    summarise(XComArg(analysis, key="output"))
+    summarise(analysis.output["result"])
     # [END howto_operator_crew_kickoff_taskflow]
 
 

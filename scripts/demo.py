@@ -247,7 +247,7 @@ def scripted_review(home: Path, *, blocking: bool) -> int:
             return 1
         kickoff_id = run.xcom("kickoff")
         drafts = [run.xcom(task, key="human_input")["task_output"] for task in DRAFT_TASKS]
-        final = run.xcom("approve", key="output")
+        final = run.xcom("approve", key="result")
         feedback = service.executions[kickoff_id]["feedback"]
         kinds = [hook.kind for hook in receiver.received]
 

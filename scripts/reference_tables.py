@@ -1,7 +1,7 @@
-"""Write the README's parameter reference, generated from the code, or check that it is current.
+"""Write the README's parameter reference and docs/api.md, generated from the code, or check them.
 
-    python scripts/reference_tables.py           # rewrite the generated section of README.md
-    python scripts/reference_tables.py --check   # exit 1 if README.md is out of date
+    python scripts/reference_tables.py           # rewrite README.md's generated section and docs/api.md
+    python scripts/reference_tables.py --check   # exit 1 if either is out of date
 
 The tables come from docs/_ext/crew_reference.py, which also renders them on the documentation
 site: signatures, ``template_fields`` and the docstrings' ``:param`` and ``:xcom`` lines.
@@ -15,11 +15,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+API = REPO / "docs" / "api.md"
 BEGIN = "<!-- BEGIN GENERATED: parameter reference (python scripts/reference_tables.py) -->"
 END = "<!-- END GENERATED: parameter reference -->"
 
 sys.path.insert(0, str(REPO / "docs" / "_ext"))
-from crew_reference import readme_section  # noqa: E402
+from crew_reference import api_page, readme_section  # noqa: E402
 
 
 def render(readme: str) -> str:
@@ -39,14 +40,24 @@ def main() -> int:
     args = parser.parse_args()
     current = README.read_text()
     fresh = render(current)
+    api_current = API.read_text() if API.exists() else ""
+    api_fresh = api_page()
     if args.check:
-        if fresh != current:
-            print("README.md's parameter reference is out of date: run python scripts/reference_tables.py")
+        stale = [
+            name
+            for name, a, b in (("README.md", fresh, current), ("docs/api.md", api_fresh, api_current))
+            if a != b
+        ]
+        if stale:
+            print(f"{', '.join(stale)} out of date: run python scripts/reference_tables.py")
             return 1
         return 0
     if fresh != current:
         README.write_text(fresh)
         print("README.md's parameter reference rewritten.")
+    if api_fresh != api_current:
+        API.write_text(api_fresh)
+        print("docs/api.md rewritten.")
     return 0
 
 

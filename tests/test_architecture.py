@@ -1,4 +1,4 @@
-"""The package's shape: imports go one way, modules and functions stay readable, old paths keep working.
+"""The package's shape: imports go one way, modules and functions stay readable, documented paths work.
 
 The layer contract itself is in pyproject.toml (``[tool.importlinter]``) and CI runs ``lint-imports``;
 these tests hold the rest of docs/architecture.md.
@@ -86,35 +86,6 @@ def test_function_bodies_stay_short_enough_to_read():
 
 
 # -- import paths the README and the docs show -----------------------------------------------------
-
-MOVED = {
-    # old path -> where the name lives now
-    "airflow_provider_crew.operators.human_review.crew_human_review": "airflow_provider_crew.review.group",
-    "airflow_provider_crew.operators.human_review.CrewReviewResultOperator": "airflow_provider_crew.review.result",
-    "airflow_provider_crew.operators.human_review.CrewReviewRoundOperator": "airflow_provider_crew.review.round",
-    "airflow_provider_crew.operators.human_review.CrewReviewTimeoutError": "airflow_provider_crew.exceptions",
-    "airflow_provider_crew.operators.human_review.CrewReviewRoundsExhaustedError": "airflow_provider_crew.exceptions",
-    "airflow_provider_crew.operators.review_round.CrewReviewRoundOperator": "airflow_provider_crew.review.round",
-    "airflow_provider_crew.triggers.human_review.CrewReviewAnswerTrigger": "airflow_provider_crew.review.answer",
-    "airflow_provider_crew.operators.crew.CrewResumeOperator": "airflow_provider_crew.operators.resume",
-    "airflow_provider_crew.waiting.decide": "airflow_provider_crew.waiting.rules",
-    "airflow_provider_crew.waiting.CrewWaitEvent": "airflow_provider_crew.waiting.rules",
-    "airflow_provider_crew.review.review_body": "airflow_provider_crew.review.request",
-    "airflow_provider_crew.review.answer_from_event": "airflow_provider_crew.review.answer",
-}
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_a_moved_name_is_still_importable_from_where_it_was(old):
-    module, _, name = old.rpartition(".")
-    assert getattr(importlib.import_module(module), name) is getattr(
-        importlib.import_module(MOVED[old]), name
-    )
-
-
-def test_the_replaced_review_operator_still_says_what_replaced_it():
-    with pytest.raises(ImportError, match=r"crew_human_review\(\.\.\.\)"):
-        from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator  # noqa: F401
 
 
 _DOC_IMPORT = re.compile(r"^\s*(from (airflow_provider_crew[\w.]*) import ([\w, ()]+))", re.MULTILINE)

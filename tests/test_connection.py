@@ -7,12 +7,8 @@ import socket
 
 import pytest
 
-from airflow_provider_crew.connection import (
-    CrewConnectionConfig,
-    CrewConnectionError,
-    StatusPathStyle,
-    TokenKind,
-)
+from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError
+from airflow_provider_crew.connection_form import StatusPathStyle, TokenKind
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 
@@ -55,21 +51,16 @@ def test_extras_plain_and_with_the_old_form_prefix():
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({"token_kind": "user"}, TokenKind.USER),
-        ({"extra__crew__token_kind": "user"}, TokenKind.USER),
-        # Both set: the form saved the new field over an old connection; what the form showed wins.
-        ({"token_kind": "user", "credential_kind": "organization"}, TokenKind.ORGANIZATION),
-        ({"token_kind": "", "credential_kind": "user"}, TokenKind.USER),
+        ({"credential_kind": "user"}, TokenKind.USER),
+        ({"extra__crew__credential_kind": "user"}, TokenKind.USER),
+        ({"credential_kind": ""}, TokenKind.ORGANIZATION),
+        # No other name is read for it: an extra the form does not know is left alone.
+        ({"token_kind": "user"}, TokenKind.ORGANIZATION),
     ],
-    ids=["old-name", "old-name-with-form-prefix", "new-name-wins", "empty-old-name"],
+    ids=["plain", "form-prefix", "empty", "unknown-name"],
 )
-def test_token_kind_saved_under_its_old_name_is_still_read(extra, expected):
+def test_the_token_kind_is_read_from_credential_kind_only(extra, expected):
     assert config(extra=extra).credential_kind is expected
-
-
-def test_a_bad_token_kind_under_the_old_name_is_named():
-    with pytest.raises(CrewConnectionError, match="'credential_kind' is 'admin'"):
-        config(extra={"token_kind": "admin"})
 
 
 def test_base_url_keeps_a_path_and_drops_the_trailing_slash():

@@ -65,15 +65,16 @@ def row(markdown: str, parameter: str) -> list[str]:
 
 def test_the_tables_say_what_a_dag_author_must_type():
     resume = crew_reference.markdown(
-        crew_reference.reference("airflow_provider_crew.operators.crew.CrewResumeOperator")
+        crew_reference.reference("airflow_provider_crew.operators.resume.CrewResumeOperator")
     )
     # name, type, default, templated, meaning
     assert row(resume, "kickoff_id")[2:4] == ["required", "yes"]
     assert row(resume, "crew_task_id")[2:4] == ["required", "yes"]
     assert row(resume, "is_approve")[2:4] == ["required", "yes"]
-    assert row(resume, "wait_for")[2] == "`None`"
-    assert '`"human_input"`' in row(resume, "wait_for")[4] and '`"completion"`' in row(resume, "wait_for")[4]
-    assert row(resume, "execution_id")[4].startswith("Deprecated")
+    assert row(resume, "wait_for_completion")[2] == "`True`"
+    assert row(resume, "on_human_input")[2] == "`'return'`"
+    assert '`"fail"`' in row(resume, "on_human_input")[4] and '`"wait"`' in row(resume, "on_human_input")[4]
+    assert not any(line.startswith("| `execution_id`") for line in resume.splitlines())
     assert row(resume, "deferrable")[2].startswith("`[operators] default_deferrable`")
 
     kickoff = crew_reference.markdown(
@@ -100,6 +101,33 @@ def test_the_readme_parameter_reference_is_current():
 
     readme = (REPO / "README.md").read_text()
     assert reference_tables.render(readme) == readme, "run: python scripts/reference_tables.py"
+
+
+def test_the_api_page_is_the_code_at_a_glance():
+    if crew_reference.UNIMPORTABLE:
+        pytest.skip(f"on this Airflow some modules do not import: {crew_reference.UNIMPORTABLE}")
+    page = (REPO / "docs" / "api.md").read_text()
+    assert crew_reference.api_page() == page, "run: python scripts/reference_tables.py"
+    # The vocabulary holds: the same default for each shared word on every task that takes it.
+    tasks = [crew_reference.reference(path) for path in crew_reference.API_TASKS]
+    for name in crew_reference.SHARED_PARAMETERS:
+        defaults = {p.default for ref in tasks for p in ref.parameters if p.name == name}
+        assert len(defaults) <= 1, f"{name} has different defaults: {defaults}"
+    # Every crew task returns the kickoff id, and the final output is XCom "result" everywhere.
+    for ref in tasks[:3]:
+        assert ref.xcom["return_value"] == "The kickoff id.", ref.name
+        assert "result" in ref.xcom and "output" not in ref.xcom, ref.name
+
+
+def test_examples_and_how_tos_use_only_names_the_api_page_shows():
+    page = (REPO / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"`(\w+)`", page))
+    texts = [p.read_text() for p in (REPO / "example_dags").glob("*.py")]
+    texts += [p.read_text() for p in (REPO / "docs" / "howto").glob("*.rst")]
+    for text in texts:
+        for call in re.finditer(r"\b(Crew\w+Operator|CrewStatusSensor|crew_human_review)\((.*?)\n\s*\)", text, re.S):
+            for keyword in re.findall(r"^\s*(\w+)=", call.group(2), re.M):
+                assert keyword in documented or keyword == "task_id", f"{call.group(1)}({keyword}=...)"
 
 
 # -- snippets come from the example DAGs -------------------------------------------------------------
@@ -184,7 +212,8 @@ def documented_xcom(path: str) -> set[str]:
 def test_the_kickoff_and_resume_push_only_documented_xcom_keys(crew_service, crew_webhooks, monkeypatch):
     import json
 
-    from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
     monkeypatch.setenv(
@@ -211,18 +240,16 @@ def test_the_kickoff_and_resume_push_only_documented_xcom_keys(crew_service, cre
         kickoff_task_id="kickoff",
         crew_task_id=paused["task_id"],
         is_approve=True,
-        wait_for="completion",
         deferrable=False,
         poll_interval=0.1,
     )
     resume_ti = RecordingTI(pulls={("kickoff", "webhooks"): kickoff_ti.xcom["webhooks"]})
-    summary = resume.execute({"ti": resume_ti})
+    assert resume.execute({"ti": resume_ti}) == kickoff_id
 
-    assert summary["outcome"] == "succeeded"
     kickoff_keys = {*kickoff_ti.xcom, "return_value"}
     resume_keys = {*resume_ti.xcom, "return_value"}
     assert kickoff_keys <= documented_xcom("airflow_provider_crew.operators.crew.CrewKickoffOperator")
-    assert resume_keys <= documented_xcom("airflow_provider_crew.operators.crew.CrewResumeOperator")
+    assert resume_keys <= documented_xcom("airflow_provider_crew.operators.resume.CrewResumeOperator")
     assert {"kickoff_id", "webhooks", "human_input", "status"} <= kickoff_keys
-    assert "output" not in kickoff_keys  # returned at the pause, as the table says
-    assert {"output", "status"} <= resume_keys
+    assert "result" not in kickoff_keys  # returned at the pause, as the table says
+    assert {"result", "status", "resume", "kickoff_id"} <= resume_keys

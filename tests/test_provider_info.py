@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_crew import get_provider_info
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
-from airflow_provider_crew.connection import CONN_FIELDS
+from airflow_provider_crew.connection_form import CONN_FIELDS
 
 
 def airflow_schema(name: str) -> dict:

@@ -8,6 +8,9 @@ and read into the contract's models or a typed error (:mod:`.client.response`).
 A triggerer may hold thousands of waits in one event loop. Their async reads share, per loop, the
 connection looked up for a connection id (again after :data:`CONNECTION_TTL_SECONDS`), the status
 requests' headers and one aiohttp session.
+
+The client, the contract's models and the connection's validation are imported where a request is
+made, not with this module: a DAG file imports the hook with the operators and never sends one.
 """
 
 from __future__ import annotations
@@ -20,53 +23,28 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook, aget_connection
-from airflow_provider_crew.connection import (
+from airflow_provider_crew.connection_form import (
     CONN_TYPE,
     TOKEN_LABEL,
     UI_FIELD_BEHAVIOUR,
-    CrewConnectionConfig,
-    config_from_connection,
-    connection_extra,
     connection_form_widgets,
-    extra_as_dict,
-    missing_connection,
 )
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewError,
     CrewTransportError,
 )
-from airflow_provider_crew.hooks.client.request import (
-    USER_AGENT,
-    Call,
-    StatusRead,
-    get_call,
-    post_call,
-    request_headers,
-)
-from airflow_provider_crew.hooks.client.response import (
-    Response,
-    build_request_model,
-    read_get_answer,
-    read_post_answer,
-)
-from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries, send_with_retries
-from airflow_provider_crew.hooks.client.transport import AsyncTransport, SyncTransport, close_shared_sessions
-from airflow_provider_crew.models import (
-    CrewStatus,
-    HumanInputWebhook,
-    KickoffRequest,
-    KickoffResponse,
-    ResumeRequest,
-    ResumeResult,
-    parse_inputs_response,
-)
 
 if TYPE_CHECKING:
     import requests
+    from pydantic import BaseModel
+
+    from airflow_provider_crew.connection import CrewConnectionConfig
+    from airflow_provider_crew.hooks.client.request import Call
+    from airflow_provider_crew.hooks.client.response import Response
+    from airflow_provider_crew.models import HumanInputWebhook, KickoffResponse, ResumeResult
+    from airflow_provider_crew.status import CrewStatus
 
 # How long a connection looked up for the waits of an event loop is used before it is looked up
 # again: a rotated token or a moved service is picked up within this long.
@@ -75,8 +53,6 @@ CONNECTION_TTL_SECONDS = 60.0
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
 KICKOFF_IF_UNKNOWN = "an execution may have started"
 RESUME_IF_UNKNOWN = "the feedback may have been applied"
-
-_ASYNC_TRANSPORT = AsyncTransport(USER_AGENT)
 
 
 class CrewHook(BaseHook):
@@ -123,6 +99,8 @@ class CrewHook(BaseHook):
     @cached_property
     def config(self) -> CrewConnectionConfig:
         """The validated connection settings (looked up once per hook)."""
+        from airflow_provider_crew.connection import config_from_connection, missing_connection
+
         try:
             connection = self.get_connection(self.crew_conn_id)
         except AirflowNotFoundException:
@@ -146,6 +124,8 @@ class CrewHook(BaseHook):
     def session(self) -> requests.Session:
         import requests  # here: a DAG file that imports an operator never needs it
 
+        from airflow_provider_crew.hooks.client.request import USER_AGENT
+
         session = requests.Session()
         session.headers["User-Agent"] = USER_AGENT
         return session
@@ -157,6 +137,9 @@ class CrewHook(BaseHook):
         :param retry_limit: At most this many retries of any kind (0: one try), on top of the policy.
         :param deadline: Epoch seconds; no attempt or retry is made to run past it.
         """
+        from airflow_provider_crew.hooks.client.retry import RetryPolicy, send_with_retries
+        from airflow_provider_crew.hooks.client.transport import SyncTransport
+
         policy = RetryPolicy(call, self.config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
@@ -172,6 +155,9 @@ class CrewHook(BaseHook):
     ) -> Any:
         """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
         and read the answer as ``answer``."""
+        from airflow_provider_crew.hooks.client.request import post_call
+        from airflow_provider_crew.hooks.client.response import build_request_model, read_post_answer
+
         body = build_request_model(request, **fields).to_wire()
         call = post_call(self.config, path, body, if_unknown=if_unknown)
         return read_post_answer(call, self._send(call, deadline=deadline), answer)
@@ -180,6 +166,10 @@ class CrewHook(BaseHook):
 
     def get_inputs(self) -> list[str]:
         """``GET /inputs``: the names of the inputs the crew expects."""
+        from airflow_provider_crew.hooks.client.request import get_call
+        from airflow_provider_crew.hooks.client.response import read_get_answer
+        from airflow_provider_crew.models import parse_inputs_response
+
         call = get_call(self.config, "/inputs")
         return read_get_answer(call, self._send(call), parse_inputs_response)
 
@@ -209,6 +199,8 @@ class CrewHook(BaseHook):
         :param deadline: Epoch seconds the call must end by; a request cut short by it counts as one
             whose outcome is unknown (not repeated).
         """
+        from airflow_provider_crew.models import KickoffRequest, KickoffResponse
+
         response: KickoffResponse = self._post(
             "/kickoff",
             KickoffRequest,
@@ -231,6 +223,10 @@ class CrewHook(BaseHook):
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
+        from airflow_provider_crew.hooks.client.request import StatusRead, request_headers
+        from airflow_provider_crew.hooks.client.response import read_get_answer
+        from airflow_provider_crew.status import CrewStatus
+
         config = self.config
         read = StatusRead(config, request_headers(config), kickoff_id)
         for call, style, last in read.calls():
@@ -244,12 +240,19 @@ class CrewHook(BaseHook):
 
         Every wait in the event loop shares the connection, the requests' headers and the session.
         """
+        from airflow_provider_crew.hooks.client.request import USER_AGENT, StatusRead
+        from airflow_provider_crew.hooks.client.response import read_get_answer
+        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
+        from airflow_provider_crew.hooks.client.transport import AsyncTransport
+        from airflow_provider_crew.status import CrewStatus
+
         shared = await shared_connection(self.crew_conn_id)
         config = self._with_overrides(shared.config)
         read = StatusRead(config, shared.headers, kickoff_id)
+        send = AsyncTransport(USER_AGENT).send  # sends with the event loop's shared session
         for call, style, last in read.calls():
             policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
-            response = await asend_with_retries(_ASYNC_TRANSPORT.send, policy)
+            response = await asend_with_retries(send, policy)
             if read.is_answer(response.status_code, style, last=last):
                 return read_get_answer(call, response, CrewStatus.from_response)
         raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
@@ -279,6 +282,8 @@ class CrewHook(BaseHook):
         :param step_webhook_url: URL the service calls after each agent step.
         :param crew_webhook_url: URL the service calls when the execution completes.
         """
+        from airflow_provider_crew.models import ResumeRequest, ResumeResult
+
         result: ResumeResult = self._post(
             "/resume",
             ResumeRequest,
@@ -304,6 +309,9 @@ class CrewHook(BaseHook):
 
         :return: (success, message for the person who clicked Test).
         """
+        from airflow_provider_crew.connection import config_from_connection, missing_connection
+        from airflow_provider_crew.hooks.client.request import get_call
+
         try:
             connection = self.get_connection(self.crew_conn_id)
             config = config_from_connection(connection, self.crew_conn_id, name_connection=False)
@@ -379,6 +387,9 @@ async def shared_connection(conn_id: str, *, ttl: float | None = None) -> Shared
 async def _look_up(
     conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
 ) -> SharedConnection:
+    from airflow_provider_crew.connection import config_from_connection, missing_connection
+    from airflow_provider_crew.hooks.client.request import request_headers
+
     this = asyncio.current_task()
     try:
         try:
@@ -396,6 +407,4 @@ async def _look_up(
     return shared
 
 
-# close_shared_sessions: close the running loop's shared HTTP session now (tests, clean shutdowns);
-# the connection readers were defined here before airflow_provider_crew.connection holds them.
-__all__ = ["CrewHook", "close_shared_sessions", "connection_extra", "extra_as_dict"]
+__all__ = ["CrewHook"]

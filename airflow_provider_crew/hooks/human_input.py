@@ -7,13 +7,15 @@ sits in DAG code; any connection type works, since only host, login, password an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew._compat import BaseHook
-from airflow_provider_crew.connection import extra_as_dict
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.models import HumanInputWebhook
+
+if TYPE_CHECKING:
+    # Imported where a kickoff builds the webhook: a DAG file imports this module with the operator.
+    from airflow_provider_crew.models import HumanInputWebhook
 
 
 def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
@@ -27,6 +29,8 @@ def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
     :param connection: The Airflow connection.
     :param conn_id: Its id, for the error when the extra is not a JSON object.
     """
+    from airflow_provider_crew.connection import extra_as_dict
+
     return extra_as_dict(
         connection.extra,
         invalid=f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
@@ -87,6 +91,8 @@ def human_input_webhook(
             f"human_input_webhook_conn_id={conn_id!r}: extra 'strategy' is {strategy!r}; "
             "use 'bearer' or 'basic'."
         )
+    from airflow_provider_crew.models import HumanInputWebhook
+
     try:
         return HumanInputWebhook.model_validate({"url": url, "authentication": authentication})
     except ValueError:

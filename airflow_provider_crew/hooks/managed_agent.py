@@ -34,7 +34,7 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, wait_blocking
 
 try:

@@ -26,13 +26,12 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
-from airflow_provider_crew.connection import (
+from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, normalise_base_url
+from airflow_provider_crew.connection_form import (
+    DEFAULT_RECEIVER_CONN_ID,
+    RECEIVER_CONN_TYPE,
     RECEIVER_UI_FIELD_BEHAVIOUR,
-    CrewConnectionConfig,
-    CrewConnectionError,
-    normalise_base_url,
 )
-from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID, RECEIVER_CONN_TYPE
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.client.request import USER_AGENT
 from airflow_provider_crew.models import HumanInputWebhook

@@ -36,6 +36,28 @@ def checked_kickoff_id(value: Any, parameter: str = "kickoff_id") -> str:
     return value.strip()
 
 
+# How Jinja renders a boolean (``"{{ params.approve }}"`` gives "True"), and the JSON spelling.
+RENDERED_BOOLEANS = {"true": True, "false": False}
+
+
+def rendered_bool(value: Any, parameter: str) -> bool:
+    """A templated boolean parameter as a bool: ``True``/``False``, or its rendering as text
+    (``"True"``, ``"false"``; case and surrounding blanks do not matter). Anything else fails,
+    naming the parameter and the value.
+
+    :param value: The parameter's value after templates were rendered.
+    :param parameter: The parameter's name, for the error.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in RENDERED_BOOLEANS:
+        return RENDERED_BOOLEANS[value.strip().lower()]
+    raise CrewConfigurationError(
+        f"{parameter} must be True or False (or a template rendering to True, False, true or false), "
+        f"got {value!r}."
+    )
+
+
 def upstream_task_id(value: Any) -> str | None:
     """The task that produces ``value`` when it is an XComArg such as ``kickoff.output``."""
     from airflow.sdk import XComArg

@@ -1,8 +1,4 @@
-"""The operator that starts a crew execution and, by default, waits for it.
-
-``CrewResumeOperator`` lives in :mod:`airflow_provider_crew.operators.resume`; it is importable from
-here too, where DAGs have long imported it.
-"""
+"""The operator that starts a crew execution and, by default, waits for it."""
 
 from __future__ import annotations
 
@@ -15,14 +11,14 @@ from airflow_provider_crew._compat import BaseOperator, task_state_store
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
-    CrewExecutionFailedError,
+    CrewExecutionPausedError,
     CrewKickoffNotRecordedError,
     CrewNotFoundError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.human_input import human_input_webhook
 from airflow_provider_crew.links.crew import CrewExecutionLink
-from airflow_provider_crew.models import CrewState, HumanInputWebhook
+from airflow_provider_crew.models import HumanInputWebhook
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
@@ -30,12 +26,12 @@ from airflow_provider_crew.operators.base import (
     is_template_or_xcom,
     try_number,
 )
-from airflow_provider_crew.operators.resume import CrewResumeOperator
+from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
+    OnHumanInput,
     Outcome,
-    WaitFor,
     WaitResult,
 )
 from airflow_provider_crew.waiting.task import (
@@ -51,16 +47,19 @@ from airflow_provider_crew.waiting.task import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-ON_HUMAN_INPUT_CHOICES = ("return", "fail", "wait")
-
 
 class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     """
     Start an execution of a deployed crew (``POST /kickoff``) and, by default, wait for it.
 
     Before starting, the operator checks ``inputs`` against ``GET /inputs`` and names missing or
-    unknown keys. The kickoff id is the task's return value, so ``kickoff_id=kickoff.output`` works
-    in the sensor and the other operators. It is pushed before any waiting.
+    unknown keys. Like every crew task, it returns the kickoff id, so ``kickoff_id=kickoff.output``
+    works in the sensor and the other operators; what the crew produced is in XCom ``result`` (or
+    ``human_input`` at a pause): ``kickoff.output["result"]``.
+
+    A retry never starts a second execution while the first may still run: on Airflow 3.3+ it
+    reattaches to it (task state store). Only an execution that ended FAILED (or REVOKED) is started
+    anew by a retry: that is what the retry is for.
 
     The service calls the three notification webhooks with a JSON ``POST`` and, by the contract,
     without credentials. The human-input webhook gets a credential, which comes from an Airflow
@@ -82,12 +81,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         works (``generic`` is built into Airflow); only host, login, password and extra are read.
     :param validate_inputs: Read ``GET /inputs`` first and fail, before starting anything, naming
         missing and unknown keys.
-    :param wait_for_completion: Wait for the execution to finish or pause (see ``on_human_input``).
+    :param wait_for_completion: Wait for the execution to finish (or pause, see ``on_human_input``).
         ``False`` returns right after the kickoff; wait with ``CrewStatusSensor`` instead.
-    :param on_human_input: What a wait does when the execution pauses for human input:
-        ``"return"`` finishes the task successfully and pushes the paused task to XCom
-        ``human_input`` for a review downstream; ``"fail"`` fails the task; ``"wait"`` keeps
-        waiting for someone to resume it outside this DAG run.
+    :param on_human_input: What the wait does when the execution pauses for human input:
+        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``
+        for a review downstream; ``"fail"`` fails the task without retry (the execution stays
+        paused); ``"wait"`` keeps waiting for someone to resume it outside this task.
     :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
         Airflow's ``[operators] default_deferrable``.
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
@@ -101,14 +100,14 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         (docs/lineage.md).
 
     :xcom return_value: The kickoff id.
-    :xcom kickoff_id: The kickoff id, pushed before any waiting.
+    :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
     :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
         or review task downstream counts its 404 grace period from then.
     :xcom webhooks: The task, step and crew webhook URLs this kickoff gave (no credentials), for
         ``CrewResumeOperator`` to send again at resume.
-    :xcom output: When the wait ends with the execution finished: its final output, a ``dict``
+    :xcom result: When the wait ends with the execution finished: its final output, a ``dict``
         when the crew returns structured output (``result_json``), else a string. Not pushed when
-        the kickoff returns at a pause, so pulling it then gives ``None``.
+        the task ends at a pause, so pulling it then gives ``None``.
     :xcom human_input: When the wait ends at a pause (``on_human_input="return"``):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
@@ -150,7 +149,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         human_input_webhook_conn_id: str | None = None,
         validate_inputs: bool = True,
         wait_for_completion: bool = True,
-        on_human_input: str = "return",
+        on_human_input: str = OnHumanInput.RETURN.value,
         deferrable: bool = default_deferrable(),
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
@@ -169,7 +168,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self.human_input_webhook_conn_id = human_input_webhook_conn_id
         self.validate_inputs = validate_inputs
         self.wait_for_completion = wait_for_completion
-        self.on_human_input = on_human_input
+        self.on_human_input = OnHumanInput.parse(on_human_input)
         self.deferrable = deferrable
         self.openlineage_include_values = openlineage_include_values
         self._set_wait_timing(
@@ -177,7 +176,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         )
         self._validate_inputs_shape()
         self._validate_webhooks()
-        self._validate_on_human_input()
 
     # -- validation at DAG parse (and again at task start, for templated values) ------------------
 
@@ -196,13 +194,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             raise CrewConfigurationError(
                 "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
                 "token (password) or login and password the service must send to it."
-            )
-
-    def _validate_on_human_input(self) -> None:
-        if self.on_human_input not in ON_HUMAN_INPUT_CHOICES:
-            raise CrewConfigurationError(
-                f"on_human_input={self.on_human_input!r} is not known; use one of "
-                f"{', '.join(ON_HUMAN_INPUT_CHOICES)}."
             )
 
     def _check_inputs_against_crew(self, hook: CrewHook, inputs: Mapping[str, Any]) -> None:
@@ -242,7 +233,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         result = self._wait(
             context,
             kickoff_id,
-            wait_for=WaitFor.COMPLETION if self.on_human_input == "wait" else WaitFor.HUMAN_INPUT,
+            wait_for=self.on_human_input.wait_for,
             timeout=self.timeout,
             kicked_off_at=self._kicked_off_at,
             hook=hook,
@@ -259,19 +250,13 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         # last, so that a try failing on its way out (an XCom push refused by an overloaded Airflow)
         # leaves its retry the execution to reattach to, not a second one to start.
         if result.outcome is Outcome.FAILED:
-            self._forget_execution(context)  # a retry starts anew after a FAILED execution anyway
-        self._end_wait(kickoff_id, result)
-        self._push_result(context, kickoff_id, result)
-        if result.outcome is Outcome.PAUSED and self.on_human_input == "fail":
-            self._forget_execution(context)
-            paused = result.last_status.paused_task_id if result.last_status else "?"
-            raise CrewExecutionFailedError(
-                f"Crew execution {kickoff_id} paused for human input on task "
-                f"{paused!r} and on_human_input='fail'. "
-                "Resume it with CrewResumeOperator, or set on_human_input='return' or 'wait'."
-            )
-        if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
-            self._forget_execution(context)
+            self._forget_execution(context)  # a retry starts anew after a FAILED execution (documented)
+        try:
+            self._finish_wait(context, kickoff_id, result)
+        except CrewExecutionPausedError:
+            self._forget_execution(context)  # fails without retry; a cleared task starts anew
+            raise
+        self._forget_execution(context)  # reached for a finished or (returned) paused execution
         return kickoff_id
 
     def _kickoff(self, context: Context, hook: CrewHook, store: Any = None) -> str:
@@ -413,5 +398,4 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             store.delete(self.CLAIM_KEY)
 
 
-# CrewResumeOperator lives in operators/resume.py; DAGs that import it from here keep working.
-__all__ = ["ON_HUMAN_INPUT_CHOICES", "CrewKickoffOperator", "CrewResumeOperator"]
+__all__ = ["CrewKickoffOperator"]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-
-from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError, CrewError
@@ -19,16 +16,18 @@ from airflow_provider_crew.operators.base import (
     check_webhook_parameter,
     checked_kickoff_id,
     is_template_or_xcom,
+    rendered_bool,
     resume_webhook_addresses,
     upstream_task_id,
 )
-from airflow_provider_crew.waiting.rules import (
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_POLL_INTERVAL,
-    WaitFor,
-    WaitResult,
+from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
+from airflow_provider_crew.waiting.task import (
+    DEFAULT_TIMEOUT,
+    XCOM_KICKOFF_ID,
+    XCOM_RESUME,
+    CrewWaitMixin,
+    default_deferrable,
 )
-from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, XCOM_RESUME, CrewWaitMixin, default_deferrable
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,6 +47,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     or ``kickoff_task_id``. Addresses given here take precedence.
 
     Resuming an execution that is not paused fails with an error that gives its current state.
+    Like the kickoff, it waits by default (``wait_for_completion``) and ends at the next pause
+    (``on_human_input="return"``) or at the end; like every crew task, it returns the kickoff id.
 
     :param kickoff_id: Required. The execution to resume: the kickoff id, usually
         ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
@@ -56,7 +57,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         also accepts the task's name.
     :param human_feedback: The feedback text. Required, non-blank, when ``is_approve=False``.
     :param is_approve: ``True`` to approve and continue; ``False`` to have the task redone with
-        the feedback. May be a template that renders to a bool.
+        the feedback. May be a template: it renders as text, and ``True``/``False`` (any case)
+        count as booleans; anything else fails at task start, naming the value.
     :param crew_conn_id: The ``crew`` connection.
     :param task_webhook_url: Task-completion webhook to use after the resume.
     :param step_webhook_url: Agent-step webhook to use after the resume.
@@ -64,8 +66,12 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param carry_over_webhooks: Send again the kickoff's webhook URLs that are not given here.
     :param kickoff_task_id: The kickoff task whose webhook URLs to carry over; found from
         ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
-    :param wait_for: ``None`` returns right after ``POST /resume``; ``"human_input"`` waits for
-        the next pause or the end; ``"completion"`` waits for the end.
+    :param wait_for_completion: Wait for the execution to finish (or pause again, see
+        ``on_human_input``). ``False`` returns right after ``POST /resume``.
+    :param on_human_input: What the wait does when the execution pauses for human input again:
+        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
+        ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
+        waiting for someone to resume it.
     :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
         Airflow's ``[operators] default_deferrable``.
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
@@ -75,19 +81,17 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param openlineage_include_values: With the OpenLineage provider installed, also send the output
         to lineage backends. Off by default, since they may be private; the input names, the
         state, the progress and the token usage are always sent (docs/lineage.md).
-    :param execution_id: Deprecated: the old name of ``kickoff_id``. It still works and warns with
-        ``AirflowProviderDeprecationWarning``.
 
-    :xcom return_value: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
-        "message": ...}``. With ``wait_for``, it also has ``"outcome"``: ``"succeeded"`` or
-        ``"paused"``.
-    :xcom output: With ``wait_for``, when the execution finished: its final output.
-    :xcom human_input: With ``wait_for="human_input"``, when the execution paused again:
+    :xcom return_value: The kickoff id.
+    :xcom kickoff_id: The kickoff id.
+    :xcom resume: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
+        "message": ...}``.
+    :xcom result: When the wait ended with the execution finished: its final output.
+    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
         ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
-    :xcom status: With ``wait_for``: the last status record.
-    :xcom resume: With ``wait_for``: the ``/resume`` answer, kept across a deferral.
+    :xcom status: When waiting: the last status record, as the service sent it.
     :xcom execution_url: The execution's page, when the connection has an execution page URL
         template; pushed before ``POST /resume``. The task's "Crew execution" link opens it.
     """
@@ -107,7 +111,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def __init__(
         self,
         *,
-        kickoff_id: str | Any = None,
+        kickoff_id: str | Any,
         crew_task_id: str | Any,
         human_feedback: str | Any = "",
         is_approve: bool | Any,
@@ -117,17 +121,21 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         crew_webhook_url: str | None = None,
         carry_over_webhooks: bool = True,
         kickoff_task_id: str | None = None,
-        wait_for: str | None = None,
+        wait_for_completion: bool = True,
+        on_human_input: str = OnHumanInput.RETURN.value,
         deferrable: bool = default_deferrable(),
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
-        execution_id: str | Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.kickoff_id = _kickoff_id_or_old_name(kickoff_id, execution_id)
+        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
+            raise CrewConfigurationError(
+                "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."
+            )
+        self.kickoff_id = kickoff_id
         self.crew_task_id = crew_task_id
         self.human_feedback = human_feedback
         self.is_approve = is_approve
@@ -137,7 +145,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self.crew_webhook_url = crew_webhook_url
         self.carry_over_webhooks = carry_over_webhooks
         self.kickoff_task_id = kickoff_task_id or upstream_task_id(self.kickoff_id)
-        self.wait_for = WaitFor.parse(wait_for) if wait_for is not None else None
+        self.wait_for_completion = wait_for_completion
+        self.on_human_input = OnHumanInput.parse(on_human_input)
         self.deferrable = deferrable
         self.openlineage_include_values = openlineage_include_values
         self._set_wait_timing(
@@ -150,20 +159,16 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _validate_feedback(self) -> None:
         if is_template_or_xcom(self.is_approve):
             return
-        if not isinstance(self.is_approve, bool):
-            raise CrewConfigurationError(
-                f"is_approve must be True (approve) or False (request changes), got {self.is_approve!r}."
-            )
+        self.is_approve = rendered_bool(self.is_approve, "is_approve")
         feedback = self.human_feedback
         if not self.is_approve and not is_template_or_xcom(feedback) and not str(feedback or "").strip():
             raise CrewConfigurationError(
                 "human_feedback is empty but is_approve=False: say what the crew should change."
             )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> str:
+        self.is_approve = rendered_bool(self.is_approve, "is_approve")
         self._validate_feedback()
-        if not isinstance(self.is_approve, bool):
-            raise CrewConfigurationError(f"is_approve rendered to {self.is_approve!r}; it must be a bool.")
         for parameter in WEBHOOK_PARAMETERS:
             check_webhook_parameter(getattr(self, parameter), parameter)
         execution_id = checked_kickoff_id(self.kickoff_id)
@@ -182,27 +187,19 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         except CrewBadRequestError as error:
             raise self._not_paused_error(hook, execution_id, error) from None
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
-        summary = {"status": result.status.value, "message": result.message}
-        if self.wait_for is None:
-            return summary
-        # Kept for execute_complete: XCom survives a deferral, instance attributes do not.
-        context["ti"].xcom_push(key=XCOM_RESUME, value=summary)
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_KICKOFF_ID, value=execution_id)
+        ti.xcom_push(key=XCOM_RESUME, value={"status": result.status.value, "message": result.message})
+        if not self.wait_for_completion:
+            return execution_id
         wait_result = self._wait(
-            context, execution_id, wait_for=self.wait_for, timeout=self.timeout, hook=hook
+            context, execution_id, wait_for=self.on_human_input.wait_for, timeout=self.timeout, hook=hook
         )
-        return self._finish(context, execution_id, wait_result, summary)
+        return self._finish_wait(context, execution_id, wait_result)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         execution_id, result = self._result_from_event(context, event)
-        summary = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_RESUME) or {}
-        return self._finish(context, execution_id, result, summary)
-
-    def _finish(
-        self, context: Context, execution_id: str, result: WaitResult, summary: dict[str, Any]
-    ) -> dict[str, Any]:
-        self._end_wait(execution_id, result)
-        self._push_result(context, execution_id, result)
-        return summary | {"outcome": result.outcome.value}
+        return self._finish_wait(context, execution_id, result)
 
     def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
         try:
@@ -216,28 +213,6 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             status_code=error.http_status,
             service_message=error.service_message,
         )
-
-
-def _kickoff_id_or_old_name(kickoff_id: Any, execution_id: Any) -> Any:
-    """``kickoff_id``, or the value given under its old name ``execution_id`` (with a warning)."""
-    if execution_id is None:
-        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
-            raise CrewConfigurationError(
-                "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."
-            )
-        return kickoff_id
-    if kickoff_id is not None:
-        raise CrewConfigurationError(
-            "Both kickoff_id and execution_id are given; execution_id is the old name of kickoff_id. "
-            "Pass kickoff_id only."
-        )
-    warnings.warn(
-        "CrewResumeOperator(execution_id=...) is deprecated; pass kickoff_id=... instead (same value, "
-        "the name the sensor and the other operators use).",
-        AirflowProviderDeprecationWarning,
-        stacklevel=3,
-    )
-    return execution_id
 
 
 __all__ = ["CrewResumeOperator"]

@@ -20,29 +20,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_crew._compat import (
-    AIRFLOW_V_3_1_PLUS,
-    AIRFLOW_V_3_3_PLUS,
-    hitl_params,
-    task_state_store,
-)
+from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input, task_state_store
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
-from airflow_provider_crew.models import CrewState, CrewStatus
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
+from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.triggers.crew import hold_until
 from airflow_provider_crew.waiting.task import deferral_settle_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-if AIRFLOW_V_3_1_PLUS:
-    from airflow.providers.standard.triggers.hitl import HITLTrigger
-else:
-    # Airflow 3.0 has no human-in-the-loop: the standard provider refuses to import its trigger there,
-    # and trying costs the import of Airflow's models (and aiohttp) at DAG parse. The package must
-    # still import: crew_human_review refuses at DAG parse, naming 3.1. The trigger below is then
-    # never built.
-    from airflow.triggers.base import BaseTrigger as HITLTrigger  # type: ignore[assignment]
 
 APPROVED_WITHOUT_TEXT = "Approved."
 # Where a round keeps the record of an answer it applied, for a retry of the same round (Airflow 3.3+).
@@ -112,10 +98,9 @@ def park_for_answer(
         params=answer_params(),
         assigned_users=assigned_users,  # type: ignore[arg-type]
     )
-    if AIRFLOW_V_3_3_PLUS:
-        from airflow.sdk.exceptions import TaskAwaitingInput
-
-        raise TaskAwaitingInput(method_name=method_name, kwargs=kwargs, timeout=response_timeout)
+    parked = task_awaiting_input(method_name=method_name, kwargs=kwargs, timeout=response_timeout)
+    if parked is not None:
+        raise parked
     defer_until_answered(
         task,
         context,

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import TaskGroup
+
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.base import upstream_task_id
@@ -27,6 +29,28 @@ if TYPE_CHECKING:
     from airflow.sdk.bases.notifier import BaseNotifier
 
 DEFAULT_MAX_ROUNDS = 3
+
+
+class CrewReviewGroup(TaskGroup):
+    """The task group :func:`crew_human_review` lays out; wires like any task group.
+
+    ``upstream >> review >> downstream`` runs ``upstream`` before the first round and ``downstream``
+    after the result task. Like a crew task, ``review.output`` is the kickoff id (the result task's
+    return value) and ``review.output["result"]`` the execution's final output;
+    ``review.output["review_history"]`` holds every round's record.
+    """
+
+    @property
+    def result_task(self) -> CrewReviewResultOperator:
+        """The group's last task: it waits for the end and pushes the final output."""
+        task = self.children[self.child_id("result")]
+        assert isinstance(task, CrewReviewResultOperator)
+        return task
+
+    @property
+    def output(self) -> Any:
+        """The result task's XComArg: the kickoff id; ``["result"]`` the final output."""
+        return self.result_task.output
 
 
 def crew_human_review(
@@ -53,13 +77,15 @@ def crew_human_review(
     retries: int = 1,
     retry_delay: timedelta = timedelta(seconds=5),
     openlineage_include_values: bool = False,
-) -> CrewReviewResultOperator:
+) -> CrewReviewGroup:
     """
     Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
 
     Each round is its own task (``<group_id>.round_<n>``) with its own request in the Required Actions
-    page; rounds after the crew finished are skipped. Returns the ``<group_id>.result`` task: its
-    output is the execution's final output, XCom ``review_history`` has every round's record.
+    page; rounds after the crew finished are skipped. Returns the task group
+    (:class:`CrewReviewGroup`): ``upstream >> review >> downstream`` wires it like any task group,
+    ``review.output`` is the kickoff id as on every crew task, ``review.output["result"]`` the final
+    output and ``review.output["review_history"]`` every round's record.
 
     :param kickoff_id: The execution to review (templated), usually ``kickoff.output``.
     :param group_id: The task group's id.
@@ -93,7 +119,7 @@ def crew_human_review(
     check_airflow_supports_review()
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise CrewConfigurationError(f"max_rounds must be a whole number of 1 or more, got {max_rounds!r}.")
-    from airflow.sdk import TaskGroup, chain
+    from airflow.sdk import chain
 
     common: dict[str, Any] = {
         "kickoff_id": kickoff_id,
@@ -106,7 +132,8 @@ def crew_human_review(
         "retry_delay": retry_delay,
         "openlineage_include_values": openlineage_include_values,
     }
-    with TaskGroup(group_id=group_id) as group:
+    group = CrewReviewGroup(group_id=group_id)
+    with group:
         round_ids = [group.child_id(round_task_id(number)) for number in range(1, max_rounds + 1)]
         rounds = [
             CrewReviewRoundOperator(
@@ -132,7 +159,7 @@ def crew_human_review(
             task_id="result", round_task_ids=round_ids, trigger_rule="none_failed", **common
         )
         chain(*rounds, result)
-    return result
+    return group
 
 
-__all__ = ["crew_human_review"]
+__all__ = ["CrewReviewGroup", "crew_human_review"]

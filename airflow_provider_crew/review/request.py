@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.status import CrewStatus
 
 APPROVE = "Approve"
 REQUEST_CHANGES = "Request changes"

@@ -1,4 +1,4 @@
-"""The end of a human review: wait for the execution to finish and return its final output."""
+"""The end of a human review: wait for the execution to finish; its final output goes to XCom ``result``."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ if TYPE_CHECKING:
 
 class CrewReviewResultOperator(ReviewTaskBase):
     """
-    The end of a review: wait for the execution to finish and return its final output.
+    The end of a review: wait for the execution to finish; push its final output to XCom ``result``.
 
     Runs after the rounds (``trigger_rule="none_failed"``: skipped rounds are fine). Pushes every
-    round's record to XCom ``review_history`` before waiting, and the final output to ``output``.
+    round's record to XCom ``review_history`` before waiting. Like every crew task, it returns the
+    kickoff id.
     Fails when the execution pauses again after the last round, leaving it paused. It takes the
     parameters every task of a review takes (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
 
-    :xcom return_value: The execution's final output.
-    :xcom output: The same final output.
+    :xcom return_value: The kickoff id.
+    :xcom result: The execution's final output.
     :xcom kickoff_id: The execution.
     :xcom execution_url: The execution's page, when the connection has an execution page URL.
     :xcom review_history: Every round's record, in order.
@@ -35,21 +36,21 @@ class CrewReviewResultOperator(ReviewTaskBase):
 
     ui_color = "#e9d8fd"
 
-    def execute(self, context: Context) -> Any:
+    def execute(self, context: Context) -> str:
         kickoff_id = self._start(context)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_REVIEW_HISTORY, value=self._rounds_before(context, self.round_task_ids))
         result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
         return self._finish(context, kickoff_id, result)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
 
-    def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
-        self._end_wait(kickoff_id, result)
+    def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
+            self._end_wait(kickoff_id, result)
             context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
             raise CrewReviewRoundsExhaustedError(
                 f"Crew execution {kickoff_id} paused for human input again, on task "
@@ -57,7 +58,7 @@ class CrewReviewResultOperator(ReviewTaskBase):
                 "paused. Raise max_rounds of crew_human_review and clear this task group, or resume the "
                 "execution with CrewResumeOperator."
             )
-        return self._push_result(context, kickoff_id, result)
+        return self._finish_wait(context, kickoff_id, result)
 
 
 __all__ = ["CrewReviewResultOperator"]

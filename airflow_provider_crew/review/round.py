@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import airflow_provider_crew.review.answer as answer
+import airflow_provider_crew.review.request as request
 from airflow_provider_crew._compat import AirflowSkipException
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
@@ -28,15 +30,14 @@ from airflow_provider_crew.exceptions import (
     CrewReviewRoundsExhaustedError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
     check_webhook_parameter,
     resume_webhook_addresses,
     try_number,
 )
-from airflow_provider_crew.review import answer, request
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
 from airflow_provider_crew.waiting.task import XCOM_STATUS, seconds, shorten
 

@@ -4,63 +4,85 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue
 
 from airflow_provider_crew._compat import BaseSensorOperator
-from airflow_provider_crew.exceptions import CrewError
+from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
-from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_NOT_FOUND_GRACE,
     DEFAULT_POLL_INTERVAL,
+    OnHumanInput,
     Outcome,
     Poller,
-    WaitFor,
     WaitResult,
 )
-from airflow_provider_crew.waiting.task import CrewWaitMixin, default_deferrable, seconds
+from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, CrewWaitMixin, default_deferrable, seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
+def one_poll_interval(poll_interval: timedelta | float, poke_interval: timedelta | float | None) -> float:
+    """The sensor's poll interval in seconds, given as ``poll_interval`` or as Airflow's ``poke_interval``."""
+    interval = seconds(poll_interval, "poll_interval")
+    if poke_interval is None:
+        return interval
+    poke = seconds(poke_interval, "poke_interval")
+    if interval not in (poke, DEFAULT_POLL_INTERVAL):
+        raise CrewConfigurationError(
+            f"poll_interval={poll_interval!r} and poke_interval={poke_interval!r} name the same setting "
+            "of CrewStatusSensor (seconds between status polls); give one of them."
+        )
+    return poke
+
+
 class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     """
-    Wait for a crew execution to complete, or to pause for human input.
+    Wait for a crew execution to finish, or to pause for human input.
 
     An execution that ends FAILED or REVOKED fails the sensor with the service's error text. An id
     that stays 404 beyond ``not_found_grace`` fails with "not found": services answer 404 for a
-    queued execution for a few seconds. ``timeout``, ``mode``, ``soft_fail`` and the other
-    arguments of Airflow's sensors work as on every sensor.
+    queued execution for a few seconds. ``mode``, ``soft_fail`` and the other arguments of Airflow's
+    sensors work as on every sensor; ``timeout`` and ``poll_interval`` mean what they mean on every
+    crew task, with the same defaults (24 hours, 2 s). Like every crew task, the sensor returns the
+    kickoff id; the final output is XCom ``result`` (``sensor.output["result"]``).
 
     :param kickoff_id: The execution to watch: the kickoff id, usually ``kickoff.output``.
     :param crew_conn_id: The ``crew`` connection the execution was started with.
-    :param wait_for: ``"completion"`` waits for the end; ``"human_input"`` also stops at the next
-        pause for human input.
+    :param on_human_input: What the wait does when the execution pauses for human input:
+        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
+        ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
+        waiting for someone to resume it.
     :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
         Airflow's ``[operators] default_deferrable``.
-    :param max_poll_interval: In deferrable mode, polls start ``poke_interval`` apart and grow with
-        jitter up to this many seconds.
+    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter up
+        to ``max_poll_interval`` (in poke and reschedule mode, the seconds between pokes). Airflow's
+        ``poke_interval`` is another name for it here: give one of them.
+    :param max_poll_interval: Longest interval between status polls, in seconds.
+    :param timeout: How long to wait, in seconds or as a timedelta (Airflow's sensor ``timeout``).
+        Passing it fails the task (``soft_fail`` skips it); the execution itself is not stopped.
     :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued", as
         long as the service has not answered for the execution yet (docs/contract.md, "404 right
         after kickoff").
     :param kickoff_task_id: The kickoff task whose XCom ``kicked_off_at`` gives the kickoff time;
         found from ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
-    :param poke_interval: Seconds between status polls (in deferrable mode: the first interval).
+    :param poke_interval: Airflow's name for ``poll_interval`` on sensors; give one of the two.
     :param openlineage_include_values: With the OpenLineage provider installed, also send the
         output to lineage backends. Off by default, since it may be private; the state, the
         progress and the token usage are always sent (docs/lineage.md).
 
-    :xcom return_value: The final output; with ``wait_for="human_input"`` and a pause, the paused
-        task as in XCom ``human_input``.
-    :xcom output: When the execution finished: its final output, a ``dict`` for structured output.
-    :xcom human_input: With ``wait_for="human_input"``, when the execution paused:
+    :xcom return_value: The kickoff id.
+    :xcom result: When the execution finished: its final output, a ``dict`` for structured output.
+    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
         ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
@@ -78,21 +100,24 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         *,
         kickoff_id: str | Any,
         crew_conn_id: str = CrewHook.default_conn_name,
-        wait_for: str = WaitFor.COMPLETION.value,
+        on_human_input: str = OnHumanInput.RETURN.value,
         deferrable: bool = default_deferrable(),
+        poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
-        poke_interval: float = DEFAULT_POLL_INTERVAL,
         kickoff_task_id: str | None = None,
         openlineage_include_values: bool = False,
+        poke_interval: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(poke_interval=poke_interval, **kwargs)
+        interval = one_poll_interval(poll_interval, poke_interval)
+        super().__init__(poke_interval=interval, timeout=seconds(timeout, "timeout"), **kwargs)
         self.kickoff_id = kickoff_id
         self.crew_conn_id = crew_conn_id
-        self.wait_for_target = WaitFor.parse(wait_for)
+        self.on_human_input = OnHumanInput.parse(on_human_input)
         self.deferrable = deferrable
-        self.poll_interval = seconds(self.poke_interval, "poke_interval")
+        self.poll_interval = interval
         self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
         self.not_found_grace = seconds(not_found_grace, "not_found_grace")
         self.kickoff_task_id = kickoff_task_id or upstream_task_id(kickoff_id)
@@ -109,7 +134,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         result = self._wait(
             context,
             kickoff_id,
-            wait_for=self.wait_for_target,
+            wait_for=self.on_human_input.wait_for,
             timeout=float(self.timeout),
             not_found_grace=self.not_found_grace,
             hook=hook,
@@ -137,7 +162,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         if self._poke_poller is None or self._poke_poller[0] != key:
             poller = Poller(
                 kickoff_id,
-                wait_for=self.wait_for_target,
+                wait_for=self.on_human_input.wait_for,
                 deadline=math.inf,  # BaseSensorOperator enforces `timeout` between pokes
                 not_found_deadline=self._not_found_deadline(context, kickoff_id, self.not_found_grace),
                 poll_interval=self.poll_interval,
@@ -154,8 +179,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         return self._done(context, kickoff_id, result).xcom_value
 
     def _done(self, context: Context, kickoff_id: str, result: WaitResult) -> PokeReturnValue:
-        self._end_wait(kickoff_id, result)
-        return PokeReturnValue(is_done=True, xcom_value=self._push_result(context, kickoff_id, result))
+        return PokeReturnValue(is_done=True, xcom_value=self._finish_wait(context, kickoff_id, result))
 
     def _wait_started_at(self, context: Context) -> float:
         if self.reschedule:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
@@ -28,7 +28,7 @@ from airflow_provider_crew.exceptions import (
     CrewRedirectError,
     CrewResponseTooLargeError,
 )
-from airflow_provider_crew.models import CrewState, CrewStatus
+from airflow_provider_crew.status import CrewState, CrewStatus
 
 if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
@@ -58,6 +58,29 @@ class WaitFor(str, enum.Enum):
             ) from None
 
 
+class OnHumanInput(str, enum.Enum):
+    """What a task's wait does when the execution pauses for human input (``on_human_input``)."""
+
+    RETURN = "return"  # end the task successfully; the paused task goes to XCom ``human_input``
+    FAIL = "fail"  # fail the task without retry; the execution stays paused at the service
+    WAIT = "wait"  # keep waiting: someone resumes the execution outside this task
+
+    @classmethod
+    def parse(cls, value: Any, parameter: str = "on_human_input") -> OnHumanInput:
+        try:
+            return cls(value.value if isinstance(value, enum.Enum) else value)
+        except ValueError:
+            allowed = ", ".join(repr(member.value) for member in cls)
+            raise CrewConfigurationError(
+                f"{parameter}={value!r} is not known; use one of {allowed}."
+            ) from None
+
+    @property
+    def wait_for(self) -> WaitFor:
+        """What the wait ends on: a pause ends it unless the task keeps waiting through pauses."""
+        return WaitFor.COMPLETION if self is OnHumanInput.WAIT else WaitFor.HUMAN_INPUT
+
+
 class Outcome(str, enum.Enum):
     """How a wait ended: the ``outcome`` field of every trigger event."""
 
@@ -75,9 +98,7 @@ class Outcome(str, enum.Enum):
 class CrewWaitEvent(BaseModel):
     """The payload of the trigger's one event; ``execute_complete`` validates it with this model."""
 
-    # Triggers of provider versions before the rename sent the outcome as "status"; a task deferred
-    # before an upgrade resumes with such an event, so both names are read.
-    outcome: Outcome = Field(validation_alias=AliasChoices("outcome", "status"))
+    outcome: Outcome
     kickoff_id: str
     message: str
     record: dict[str, Any] | None = None  # the last status record read, as the service sent it

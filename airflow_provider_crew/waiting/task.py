@@ -25,15 +25,17 @@ from airflow_provider_crew.exceptions import (
     CrewError,
     CrewExecutionFailedError,
     CrewExecutionNotFoundError,
+    CrewExecutionPausedError,
     CrewExecutionTimeoutError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
-from airflow_provider_crew.models import CrewStatus
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
     CrewWaitEvent,
     FollowedExecution,
+    OnHumanInput,
     Outcome,
     Poller,
     WaitFor,
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 # XCom keys, named once: DAG authors pull them by these names.
 XCOM_KICKOFF_ID = "kickoff_id"
 XCOM_KICKED_OFF_AT = "kicked_off_at"
-XCOM_OUTPUT = "output"
+XCOM_RESULT = "result"
 XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"
 XCOM_WEBHOOKS = "webhooks"
@@ -161,6 +163,7 @@ class CrewWaitMixin:
     """
 
     crew_conn_id: str
+    on_human_input: OnHumanInput = OnHumanInput.RETURN
     poll_interval: float
     max_poll_interval: float
     deferrable: bool
@@ -376,6 +379,24 @@ class CrewWaitMixin:
                 "or turn 'Wake waits by webhook' off on the connection."
             )
 
+    def _finish_wait(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
+        """End the task's wait the way every crew task ends it: push what it found to XCom (``result``
+        or ``human_input``, ``status``, ``usage``) and return the kickoff id; raise for the outcomes
+        that fail the task, and for a pause when ``on_human_input`` is ``"fail"``."""
+        self._end_wait(kickoff_id, result)
+        self._push_result(context, kickoff_id, result)
+        if result.outcome is Outcome.PAUSED and self.on_human_input is OnHumanInput.FAIL:
+            status = result.last_status
+            paused = status.paused_task_id if status is not None else None
+            raise CrewExecutionPausedError(
+                f"Crew execution {kickoff_id} paused for human input on task {paused!r}, and "
+                "on_human_input='fail': the task fails without retry, so that no retry starts another "
+                "execution. The execution stays paused at the service: resume it with "
+                f"CrewResumeOperator(kickoff_id={kickoff_id!r}, ...) or cancel it there. To hand the pause "
+                "downstream instead, set on_human_input='return'; to wait for someone to resume it, 'wait'."
+            )
+        return kickoff_id
+
     def _end_wait(self, kickoff_id: str, result: WaitResult) -> None:
         """Keep how the wait ended; raise for the outcomes that fail the task (return for succeeded
         and paused). Every way a wait ends (blocking, deferred, sensor poke) passes here."""
@@ -410,7 +431,7 @@ class CrewWaitMixin:
         followed.url, followed.url_known = followed.config.execution_url(kickoff_id), True
 
     def _push_result(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
-        """Log and push the outcome; return the XCom value for 'output' or 'human_input'."""
+        """Log and push the outcome; return the XCom value for ``result`` or ``human_input``."""
         status = result.last_status
         ti = context["ti"]
         if status is not None:
@@ -434,7 +455,7 @@ class CrewWaitMixin:
             kickoff_id,
             shorten(output, rest="more characters in XCom"),
         )
-        ti.xcom_push(key=XCOM_OUTPUT, value=output)
+        ti.xcom_push(key=XCOM_RESULT, value=output)
         return output
 
 

@@ -376,6 +376,131 @@ def readme_section() -> str:
     return "\n".join(blocks)
 
 
+# -- docs/api.md: the public API at a glance --------------------------------------------------------
+
+# What a DAG uses, in the order a DAG author meets it: (dotted path, the import line's module).
+API_TASKS = (
+    "airflow_provider_crew.operators.crew.CrewKickoffOperator",
+    "airflow_provider_crew.sensors.crew.CrewStatusSensor",
+    "airflow_provider_crew.operators.resume.CrewResumeOperator",
+    "airflow_provider_crew.review.group.crew_human_review",
+)
+# The other public names, each at its one home.
+API_OTHERS = (
+    "airflow_provider_crew.review.group.CrewReviewGroup",
+    "airflow_provider_crew.review.round.CrewReviewRoundOperator",
+    "airflow_provider_crew.review.result.CrewReviewResultOperator",
+    "airflow_provider_crew.hooks.crew.CrewHook",
+    "airflow_provider_crew.hooks.webhook_receiver.CrewWebhookReceiverHook",
+    "airflow_provider_crew.triggers.crew.CrewStatusTrigger",
+    "airflow_provider_crew.review.answer.CrewReviewAnswerTrigger",
+    "airflow_provider_crew.links.crew.CrewExecutionLink",
+)
+# Where the function's names are imported from in DAG code (its package names it).
+IMPORT_HOME = {"airflow_provider_crew.review.group": "airflow_provider_crew.review"}
+# The parameters every waiting task shares: one meaning, one default.
+SHARED_PARAMETERS = (
+    "kickoff_id",
+    "crew_conn_id",
+    "wait_for_completion",
+    "on_human_input",
+    "deferrable",
+    "poll_interval",
+    "max_poll_interval",
+    "timeout",
+    "openlineage_include_values",
+)
+API_HEADER = """# The public API at a glance
+
+Generated from the code by `python scripts/reference_tables.py` (a test fails when this page and the
+code disagree). Every name has one home: import it from the module shown.
+
+**The rules a DAG author learns once**
+
+- Every crew task returns the **kickoff id** of the execution it acted on, so
+  `kickoff_id=<any crew task>.output` works everywhere. What the crew produced is in named XComs:
+  `task.output["result"]` is the final output, `task.output["human_input"]` the paused task.
+- A task that waits ends when the execution finishes or, by default, pauses for human input
+  (`on_human_input="return"`); `"fail"` fails it **without retry** at a pause (a retry would start
+  another execution), `"wait"` waits on for someone to resume it. `wait_for_completion=False` returns
+  right after the `POST`.
+- `poll_interval`, `max_poll_interval` and `timeout` mean the same on every crew task, with the same
+  defaults; the sensor also takes Airflow's `poke_interval` as another name for `poll_interval`.
+- Retries never start a second execution while one may still run (Airflow 3.3+ reattaches to it);
+  only an execution that ended FAILED (or REVOKED) is started anew by a retry of the kickoff, which is
+  what the retry is for.
+- Templated booleans (`is_approve`) accept what Jinja renders: `True`/`False`, `true`/`false`.
+"""
+
+
+def _ref_or_none(path: str) -> Reference | None:
+    try:
+        return reference(path)
+    except Exception:  # pragma: no cover - a feature this Airflow lacks (HITL before 3.1)
+        return None
+
+
+def _import_line(path: str) -> str:
+    module, name = path.rsplit(".", 1)
+    return f"from {IMPORT_HOME.get(module, module)} import {name}"
+
+
+def _vocabulary_table(refs: list[Reference]) -> list[str]:
+    rows = ["| Parameter | " + " | ".join(f"`{ref.name}`" for ref in refs) + " |"]
+    rows.append("|---|" + "---|" * len(refs))
+    for name in SHARED_PARAMETERS:
+        cells = []
+        for ref in refs:
+            found = next((p for p in ref.parameters if p.name == name), None)
+            cells.append(_markdown_text(found.default) if found else "-")
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _xcom_table(refs: list[Reference]) -> list[str]:
+    keys: dict[str, str] = {}
+    for ref in refs:
+        for key, text in ref.xcom.items():
+            keys.setdefault(key, text)
+    rows = ["| XCom key | " + " | ".join(f"`{ref.name}`" for ref in refs) + " | Value |"]
+    rows.append("|---|" + "---|" * len(refs) + "---|")
+    for key, text in keys.items():
+        marks = ["yes" if key in ref.xcom else "-" for ref in refs]
+        rows.append(f"| `{key}` | " + " | ".join(marks) + f" | {_markdown_text(text)} |")
+    return rows
+
+
+def api_page() -> str:
+    """docs/api.md: the shared vocabulary, then every public class and function with its tables."""
+    tasks = [ref for ref in map(_ref_or_none, API_TASKS) if ref is not None]
+    lines = [API_HEADER, "## The same words on every task", "", *_vocabulary_table(tasks), ""]
+    lines += ["## Return values and XCom keys", "", *_xcom_table(tasks[:3]), ""]
+    lines += [
+        "`crew_human_review` returns a `CrewReviewGroup`: `upstream >> review >> downstream` wires it "
+        "like any task group; `review.output` is the result task's return value (the kickoff id) and "
+        '`review.output["result"]` its final output.',
+        "",
+    ]
+    for path in (*API_TASKS, *API_OTHERS):
+        ref = _ref_or_none(path)
+        if ref is None:
+            continue
+        lines += [f"## {ref.name}", "", "```python", _import_line(path), "```", "", markdown(ref)]
+    lines += ["## Errors", "", "```python", "from airflow_provider_crew import exceptions", "```", ""]
+    lines += ["| Error | Fails without retry | Meaning |", "|---|---|---|"]
+    from airflow_provider_crew import exceptions
+    from airflow_provider_crew._compat import AirflowFailException
+
+    for name in sorted(n for n, v in vars(exceptions).items() if inspect.isclass(v) and n.startswith("Crew")):
+        error = getattr(exceptions, name)
+        if error.__module__ != exceptions.__name__:
+            continue
+        no_retry = "yes" if issubclass(error, AirflowFailException) else "no"
+        first = (inspect.getdoc(error) or "").split("\n\n", 1)[0]
+        lines.append(f"| `{name}` | {no_retry} | {_markdown_text(first)} |")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # -- Sphinx -------------------------------------------------------------------------------------
 
 

@@ -3,8 +3,8 @@
 A real api-server (``[core] test_connection = Enabled``) with the bundled local crew service as the
 crew. Through the UI: add a Crew connection with every field, save, reopen, check every value and
 that the token never reaches the page; check a new connection's defaults; use the connections
-list's Test action for a good token, a bad token, a closed port, a connection saved with the old
-``token_kind`` extra and an http:// host on another machine.
+list's Test action for a good token, a bad token, a closed port, a user token and an http:// host
+on another machine.
 
 Run alone: ``pytest tests/browser/test_connection_form.py`` (about a minute; screenshots under
 ``test-artifacts/browser/airflow-<version>/``, listed at the end of the run).
@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_VERSION
-from airflow_provider_crew.connection import CONN_FIELDS, CrewConnectionConfig
+from airflow_provider_crew.connection import CrewConnectionConfig
+from airflow_provider_crew.connection_form import CONN_FIELDS
 from tests.e2e.airflow_stack import AirflowStack, wait_for
 
 from . import harness
@@ -310,21 +311,18 @@ def add_connection(airflow: AirflowStack, connection_id: str, **fields: Any) -> 
 
 @needs_test_action
 def test_the_test_action_tells_ok_bad_token_and_unreachable(airflow_ui, steps):
-    from playwright.sync_api import expect
-
     airflow, service = airflow_ui
     port = service_port(service)
     down = closed_port()
     add_connection(airflow, "crew_bad_token", host="http://127.0.0.1", port=port, password="not-the-token-42")
     add_connection(airflow, "crew_down", host="http://127.0.0.1", port=down, password=service.user_token)
-    # Saved before the extra was renamed: token_kind, which Airflow masks, must still be read.
     add_connection(
         airflow,
-        "crew_old_extra",
+        "crew_user_token",
         host="http://127.0.0.1",
         port=port,
         password=service.user_token,
-        extra=json.dumps({"token_kind": "user"}),
+        extra=json.dumps({"credential_kind": "user"}),
     )
     add_connection(
         airflow, "crew_http_elsewhere", host="http://crew.internal.example", port=80, password="tok-12345"
@@ -349,29 +347,13 @@ def test_the_test_action_tells_ok_bad_token_and_unreachable(airflow_ui, steps):
     )
     steps.shot("unreachable", element=toast)
 
-    notifications = click_test(page, "crew_old_extra")
+    notifications = click_test(page, "crew_user_token")
     toast = expect_message(
         notifications,
         "Test Connection Successful",
         f"OK: the crew at {service.base_url} expects inputs ['topic', 'current_year'] (user token).",
     )
-    steps.shot("old-token-kind-extra", element=toast)
-    # Saved again from the form, it keeps its value: the form shows the old extra as "***" and
-    # Airflow keeps the stored value for a "***" it gets back.
-    page.mouse.move(5, 500)
-    connection_row(page, "crew_old_extra").get_by_role("button", name="Edit Connection").click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_role("textbox", name="Description").fill("Edited after the rename")  # Save needs a change
-    dialog.get_by_role("button", name="Save").click()
-    expect(dialog).to_be_hidden()
-    expect(notifications.get_by_role("status").filter(has_text="(user token)")).to_have_count(0)
-    notifications = click_test(page, "crew_old_extra")
-    toast = expect_message(
-        notifications,
-        "Test Connection Successful",
-        f"OK: the crew at {service.base_url} expects inputs ['topic', 'current_year'] (user token).",
-    )
-    steps.shot("old-token-kind-extra-saved-again", element=toast)
+    steps.shot("user-token", element=toast)
 
     notifications = click_test(page, "crew_http_elsewhere")
     toast = expect_message(

@@ -194,7 +194,7 @@ def test_reviewer_rejects_once_then_approves_in_airflow(stack):
         (True, APPROVAL),
     ]
     final = airflow.xcom(DAG_ID, run_id, "review.result")
-    assert final == execution["result"] == airflow.xcom(DAG_ID, run_id, "review.result", key="output")
+    assert final == execution["result"] == airflow.xcom(DAG_ID, run_id, "review.result", key="result")
     assert final == airflow.xcom(DAG_ID, run_id, "publish")
     assert FEEDBACK in final and APPROVAL in final
 

@@ -13,7 +13,7 @@ import requests
 import urllib3.exceptions
 
 from airflow_provider_crew._compat import AirflowFailException
-from airflow_provider_crew.connection import StatusPathStyle
+from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
@@ -27,7 +27,8 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewState, ResumeStatus
+from airflow_provider_crew.models import ResumeStatus
+from airflow_provider_crew.status import CrewState
 from tests.conftest import BASE_URL, TOKEN
 
 KICKOFF_ID = "5d3b6f1e-2f55-4b7e-9d3c-3c2f1d0e9a11"
@@ -615,8 +616,8 @@ def test_a_one_try_call_is_sent_once_even_when_the_service_says_busy(hook, reque
 def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_parameter(raw):
     from types import SimpleNamespace
 
+    from airflow_provider_crew.connection import connection_extra
     from airflow_provider_crew.exceptions import CrewConfigurationError
-    from airflow_provider_crew.hooks.crew import connection_extra
     from airflow_provider_crew.hooks.human_input import webhook_connection_extra
 
     with pytest.raises(CrewConfigurationError, match=r"Connection 'crew_x': the extra is not a JSON object"):

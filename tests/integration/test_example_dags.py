@@ -50,7 +50,7 @@ def test_kickoff_and_sensor(run_dag, crew_service, deferrable):
     assert execution["state"] == "SUCCESS"
     assert execution["inputs"] == {"topic": "tidal energy", "current_year": "2026"}
     output = run.xcom("report")
-    assert output == run.xcom("wait_for_crew", key="output") == execution["result"]
+    assert output == run.xcom("wait_for_crew", key="result") == execution["result"]
     assert "tidal energy" in output
     assert crew_service.request_count("kickoff") == 1
     # The crew's token counts, in the shape of common.ai's usage XCom (for cost dashboards built on it).
@@ -88,7 +88,7 @@ def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, def
     assert feedback not in first["task_output"]
     assert feedback in second["task_output"]  # the crew retried the task with the feedback
     final = run.xcom("publish")
-    assert final == run.xcom("approve", key="output")
+    assert final == run.xcom("approve", key="result")
     assert feedback in final  # feedback stays context for later tasks
 
     assert execution["state"] == "SUCCESS"
@@ -122,7 +122,7 @@ def test_mapped_fan_out(run_dag, crew_service, deferrable):
     for index, topic in enumerate(["tides", "glaciers", "volcanoes"]):
         kickoff_id = run.xcom("research", map_index=index)
         assert crew_service.executions[kickoff_id]["inputs"]["topic"] == topic
-        assert collected[topic] == run.xcom("research", key="output", map_index=index)
+        assert collected[topic] == run.xcom("research", key="result", map_index=index)
         assert topic in collected[topic]
     assert crew_service.request_count("kickoff") == 3
 
@@ -134,7 +134,7 @@ def test_taskflow_structured_output(run_dag, crew_service, deferrable):
 
     assert run.state == "success", run.stdout[-3000:]
     assert_waited_as_configured(run, deferrable)
-    output = run.xcom("analysis", key="output")
+    output = run.xcom("analysis", key="result")
     assert isinstance(output, dict)  # result_json arrives as a structure, not a string
     assert (output["company"], output["quarter"]) == ("Acme Heat Pumps", "Q3")
     assert run.xcom("summarise").startswith("based_on=")

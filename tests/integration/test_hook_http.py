@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_provider_crew.connection import StatusPathStyle
+from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
@@ -32,7 +32,8 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
 from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewState, CrewStatus, ResumeStatus
+from airflow_provider_crew.models import ResumeStatus
+from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.testing import wait_until
 
 pytestmark = pytest.mark.integration

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,3 +83,24 @@ def test_a_kickoff_whose_outcome_is_unknown_fails_without_retry(retries_home, cr
     assert "outcome is unknown" in result.stdout and "Failing without retry" in result.stdout
     assert crew_service.request_count("kickoff") == 1
     assert len(crew_service.executions) == 1  # started once, by the dropped request, and never again
+
+
+def test_a_pause_under_on_human_input_fail_fails_once_without_starting_another_execution(
+    retries_home, crew_service, crew_webhooks
+):
+    env = airflow_env(retries_home, DAGS)
+    env.update(crew_service.connection_env("crew_default", crew="review", retry_limit=0, retry_budget=0))
+    env["AIRFLOW_CONN_HUMAN_HOOK"] = json.dumps(
+        {"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-1"}
+    )
+
+    result = dags_test("crew_pause_fails", env, check=False)
+
+    assert result.state == "failed"
+    assert result.task_states() == {("kickoff", -1): "failed"}  # failed, not up_for_retry: retries=2 unused
+    assert crew_service.request_count("kickoff") == 1  # exactly one paid execution
+    (kickoff_id,) = crew_service.executions
+    assert crew_service.executions[kickoff_id]["state"] == "PAUSED"  # left paused, named in the log
+    assert f"Crew execution {kickoff_id} paused for human input" in result.stdout
+    assert "fails without retry" in result.stdout
+    assert not first_try_failed(retries_home, "crew_pause_fails")  # no second try was ever made

@@ -16,12 +16,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_crew.connection import (
-    CONN_FIELDS,
-    CrewConnectionConfig,
-    CrewConnectionError,
-    build_execution_url,
-)
+from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, build_execution_url
+from airflow_provider_crew.connection_form import CONN_FIELDS
 from airflow_provider_crew.links.crew import XCOM_EXECUTION_URL, CrewExecutionLink
 from airflow_provider_crew.testing.dag_runs import DagRun, airflow_env, dags_test, migrate_db
 
@@ -100,7 +96,8 @@ def test_every_crew_task_has_the_link_and_the_provider_registers_it():
     import importlib
 
     from airflow_provider_crew import get_provider_info
-    from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
     from airflow_provider_crew.sensors.crew import CrewStatusSensor
 
     for task_class in (CrewKickoffOperator, CrewResumeOperator, CrewStatusSensor):

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.openlineage import CREW_EXECUTION_FACET, public_base_url
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import FollowedExecution, Outcome, WaitResult
 
 SCHEMA_FILE = (
@@ -173,7 +173,8 @@ def test_the_opt_in_works_with_partial_and_expand():
     import pendulum
     from airflow.sdk import DAG
 
-    from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
     from airflow_provider_crew.sensors.crew import CrewStatusSensor
 
     with DAG("mapped_opt_in", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):

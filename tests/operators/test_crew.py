@@ -61,7 +61,7 @@ def kickoff(**kwargs) -> CrewKickoffOperator:
         ({"poll_interval": -1}, "poll_interval must be greater than 0"),
         ({"max_poll_interval": "fast"}, "max_poll_interval must be a number of seconds"),
         ({"timeout": timedelta(0)}, "timeout must be greater than 0"),
-        ({"on_human_input": "ignore"}, "on_human_input='ignore' is not known; use one of return, fail, wait"),
+        ({"on_human_input": "ignore"}, "on_human_input='ignore' is not known; use one of 'return', 'fail', 'wait'"),
     ],
 )
 def test_kickoff_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
@@ -89,14 +89,14 @@ def test_deferrable_defaults_to_the_deployment_setting(monkeypatch):
 
 
 def event(status: str, record: dict | None = None, message: str = "m") -> dict:
-    return {"status": status, "kickoff_id": KICKOFF_ID, "message": message, "record": record}
+    return {"outcome": status, "kickoff_id": KICKOFF_ID, "message": message, "record": record}
 
 
 def test_execute_complete_pushes_output_and_status_and_returns_the_kickoff_id():
     op, ti = kickoff(), FakeTI()
     record = {"state": "SUCCESS", "result": "text", "result_json": {"answer": 42}}
     assert op.execute_complete({"ti": ti}, event("succeeded", record)) == KICKOFF_ID
-    assert ti.xcom["output"] == {"answer": 42}
+    assert ti.xcom["result"] == {"answer": 42}
     assert ti.xcom["status"] == record
 
 
@@ -115,11 +115,19 @@ def test_execute_complete_on_pause_hands_the_paused_task_downstream():
     }
 
 
-def test_execute_complete_on_pause_fails_when_asked_to():
-    op = kickoff(on_human_input="fail")
+def test_execute_complete_on_pause_fails_without_retry_when_asked_to():
+    from airflow_provider_crew._compat import AirflowFailException
+    from airflow_provider_crew.exceptions import CrewExecutionPausedError
+
+    op, ti = kickoff(on_human_input="fail"), FakeTI()
     record = {"state": "PAUSED", "last_executed_task": {"task_id": "draft_task", "output": "o"}}
-    with pytest.raises(CrewExecutionFailedError, match="paused for human input on task 'draft_task'"):
-        op.execute_complete({"ti": FakeTI()}, event("paused", record))
+    with pytest.raises(
+        CrewExecutionPausedError, match="paused for human input on task 'draft_task'"
+    ) as raised:
+        op.execute_complete({"ti": ti}, event("paused", record))
+    assert isinstance(raised.value, AirflowFailException)  # no retry, so no second execution
+    assert KICKOFF_ID in str(raised.value) and "stays paused" in str(raised.value)
+    assert ti.xcom["human_input"]["task_id"] == "draft_task"  # what paused, for whoever resumes it
 
 
 @pytest.mark.parametrize(

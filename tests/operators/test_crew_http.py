@@ -49,7 +49,7 @@ def test_kickoff_waits_blocking_and_pushes_output_status_and_id(crew_service, cr
     ti = FakeTI()
     kickoff_id = op.execute({"ti": ti})
     assert ti.xcom["kickoff_id"] == kickoff_id
-    assert ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+    assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
     assert ti.xcom["status"]["state"] == "SUCCESS"
 
 
@@ -58,7 +58,7 @@ def test_resume_of_an_execution_that_is_not_paused_says_its_current_state(crew_s
     crew_service.wait_for_state(kickoff_id)
     op = CrewResumeOperator(
         task_id="r",
-        execution_id=kickoff_id,
+        kickoff_id=kickoff_id,
         crew_task_id="research_task",
         human_feedback="ok",
         is_approve=True,
@@ -102,19 +102,17 @@ def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(
 
     resume = CrewResumeOperator(
         task_id="approve",
-        execution_id=kickoff_id,
+        kickoff_id=kickoff_id,
         kickoff_task_id="kickoff",
         crew_task_id=ti.xcom["human_input"]["task_id"],
         is_approve=True,
         crew_webhook_url=crew_webhooks.url_for("resume-crew"),
-        wait_for="completion",
         deferrable=False,
         poll_interval=0.1,
     )
     resume_ti = FakeTI(pulls={("kickoff", "webhooks"): ti.xcom["webhooks"]})
-    summary = resume.execute({"ti": resume_ti})
+    assert resume.execute({"ti": resume_ti}) == kickoff_id
 
-    assert summary["outcome"] == "succeeded"
     assert crew_service.executions[kickoff_id]["webhooks"] == {
         "task": crew_webhooks.url_for("task"),  # carried over from the kickoff
         "step": None,
@@ -122,7 +120,7 @@ def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(
     }
     crew_webhooks.wait_for_count("resume-crew", 1)
     assert crew_webhooks.of_kind("kickoff-crew") == []
-    assert resume_ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+    assert resume_ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
 
 
 # -- a retry's record of the execution (the task state store, Airflow 3.3+) -------------------------
@@ -244,7 +242,7 @@ class ResultPushDownTI(FakeTI):
     """A task instance whose last XCom push (the result) fails, as a swamped Airflow's can."""
 
     def xcom_push(self, key: str, value: object) -> None:
-        if key == "output":
+        if key == "result":
             raise RuntimeError("API_SERVER_ERROR: timed out")
         super().xcom_push(key, value)
 
@@ -261,5 +259,5 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
     ti = FakeTI()
     assert _kickoff_operator(store, monkeypatch).execute({"ti": ti}) == kickoff_id
     assert crew_service.request_count("kickoff") == 1
-    assert ti.xcom["output"] == crew_service.executions[kickoff_id]["result"]
+    assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
     assert store.values == {}

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.review.request import OUTPUT_BODY_LIMIT, crew_task_name, review_body
+from airflow_provider_crew.status import CrewStatus
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
 TASK_ID = "f253f8b5-7aa3-5716-be72-c3c845d3e87b"

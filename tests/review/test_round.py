@@ -18,8 +18,8 @@ import pytest
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import CrewStatus
 from airflow_provider_crew.review import answer as review_answer
+from airflow_provider_crew.status import CrewStatus
 
 needs_3_1 = pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="human review needs Airflow 3.1+")
 
@@ -65,8 +65,8 @@ def paused_record(output: str = OUTPUT, attempt: int = 1) -> dict:
     }
 
 
-def crew_event(record: dict, status: str = "paused", kickoff_id: str = KICKOFF_ID) -> dict:
-    return {"status": status, "kickoff_id": kickoff_id, "message": "m", "record": record}
+def crew_event(record: dict, outcome: str = "paused", kickoff_id: str = KICKOFF_ID) -> dict:
+    return {"outcome": outcome, "kickoff_id": kickoff_id, "message": "m", "record": record}
 
 
 def answer(option: str, feedback: str | None = None, user: str = "Ana", timedout: bool = False) -> dict:
@@ -80,7 +80,7 @@ def answer(option: str, feedback: str | None = None, user: str = "Ana", timedout
 
 
 def round_operator(number: int = 1, **kwargs):
-    from airflow_provider_crew.review import CrewReviewRoundOperator
+    from airflow_provider_crew.review.round import CrewReviewRoundOperator
 
     kwargs.setdefault("kickoff_id", KICKOFF_ID)
     return CrewReviewRoundOperator(
@@ -123,24 +123,30 @@ def test_airflow_3_0_refuses_at_dag_parse_naming_3_1():
         crew_human_review(kickoff_id=KICKOFF_ID)
 
 
-def test_the_old_single_task_operator_names_its_replacement():
-    with pytest.raises(ImportError, match=r"crew_human_review\(\.\.\.\)"):
-        from airflow_provider_crew.operators.human_review import CrewHumanReviewOperator  # noqa: F401
-
-
 @needs_3_1
-def test_the_group_lays_out_one_task_per_round_then_the_result():
+def test_the_group_lays_out_one_task_per_round_then_the_result_and_wires_like_a_task_group():
+    from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
     from airflow_provider_crew.operators.crew import CrewKickoffOperator
     from airflow_provider_crew.review import crew_human_review
 
     with DAG("review_layout", schedule=None) as dag:
+        upstream = EmptyOperator(task_id="upstream")
         kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"topic": "AI"}, wait_for_completion=False)
-        result = crew_human_review(kickoff_id=kickoff.output, max_rounds=3)
+        review = crew_human_review(kickoff_id=kickoff.output, max_rounds=3)
+        downstream = EmptyOperator(task_id="downstream")
+        upstream >> review >> downstream
 
+    result = review.result_task
     assert result.task_id == "review.result"
-    assert sorted(dag.task_dict) == sorted(["kickoff", *ROUNDS, "review.result"])
+    assert sorted(dag.task_dict) == sorted(["upstream", "kickoff", *ROUNDS, "review.result", "downstream"])
+    # upstream before round 1, downstream after the result, as with any task group
+    assert dag.task_dict["review.round_1"].upstream_task_ids == {"upstream", "kickoff"}
+    assert dag.task_dict["downstream"].upstream_task_ids == {"review.result"}
+    # like every crew task: the output is the kickoff id, ["result"] the final output
+    assert (review.output.operator, review.output.key) == (result, "return_value")
+    assert (review.output["result"].operator, review.output["result"].key) == (result, "result")
     assert dag.task_dict["review.round_2"].upstream_task_ids == {"review.round_1", "kickoff"}
     assert dag.task_dict["review.result"].upstream_task_ids == {"review.round_3", "kickoff"}
     assert result.trigger_rule == "none_failed"  # skipped rounds (the crew finished) are fine
@@ -289,7 +295,7 @@ def test_round_skips_when_the_execution_finished():
     ti = FakeTI("review.round_3")
     record = {"state": "SUCCESS", "result": "done"}
     with pytest.raises(AirflowSkipException, match="finished"):
-        round_operator(3).execute_complete(context(ti), crew_event(record, status="succeeded"))
+        round_operator(3).execute_complete(context(ti), crew_event(record, outcome="succeeded"))
     assert ti.xcom["status"] == record
 
 
@@ -299,7 +305,7 @@ def test_a_failed_execution_fails_the_round():
 
     with pytest.raises(CrewExecutionFailedError, match="boom"):
         round_operator().execute_complete(
-            context(FakeTI()), crew_event({"state": "FAILED", "error": "boom"}, status="failed")
+            context(FakeTI()), crew_event({"state": "FAILED", "error": "boom"}, outcome="failed")
         )
 
 
@@ -410,7 +416,7 @@ def test_request_changes_without_feedback_is_not_sent(crew_service, paused_execu
 def test_changes_in_the_last_round_leave_the_execution_paused_and_say_how_to_go_on(
     crew_service, paused_execution
 ):
-    from airflow_provider_crew.review import CrewReviewRoundsExhaustedError
+    from airflow_provider_crew.exceptions import CrewReviewRoundsExhaustedError
 
     kickoff_id, status = paused_execution
     with pytest.raises(CrewReviewRoundsExhaustedError, match=r"All 3 review rounds.*raise max_rounds"):
@@ -442,7 +448,7 @@ def test_an_answer_to_an_output_the_execution_no_longer_shows_is_not_applied(cre
 @needs_3_1
 def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused():
     from airflow_provider_crew._compat import AirflowFailException
-    from airflow_provider_crew.review import CrewReviewTimeoutError
+    from airflow_provider_crew.exceptions import CrewReviewTimeoutError
 
     op = round_operator(response_timeout=timedelta(minutes=1))
     with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input") as error:
@@ -466,7 +472,7 @@ def test_malformed_answers_fail_clearly(event):
 
 
 def result_operator():
-    from airflow_provider_crew.review import CrewReviewResultOperator
+    from airflow_provider_crew.review.result import CrewReviewResultOperator
 
     return CrewReviewResultOperator(task_id="result", kickoff_id=KICKOFF_ID, round_task_ids=ROUNDS)
 
@@ -477,19 +483,19 @@ def test_result_returns_the_output_with_every_rounds_record(crew_connection):
     rounds = [{"round": 1, "answer": "Approve", "applied": True}]
     ti.other[("review.round_1", "return_value")] = rounds[0]
     out = result_operator()._finish(context(ti), KICKOFF_ID, _result({"state": "SUCCESS", "result": "final"}))
-    assert out == "final" and ti.xcom["output"] == "final"
+    assert out == KICKOFF_ID and ti.xcom["result"] == "final"
     with mock.patch.object(
         result_operator().__class__,
         "_wait",
         side_effect=lambda *a, **k: _result({"state": "SUCCESS", "result": "final"}),
     ):
-        assert result_operator().execute(context(ti)) == "final"
+        assert result_operator().execute(context(ti)) == KICKOFF_ID
     assert ti.xcom["review_history"] == rounds
 
 
 @needs_3_1
 def test_result_fails_when_the_crew_pauses_again_after_the_last_round():
-    from airflow_provider_crew.review import CrewReviewRoundsExhaustedError
+    from airflow_provider_crew.exceptions import CrewReviewRoundsExhaustedError
 
     with pytest.raises(CrewReviewRoundsExhaustedError, match=r"after all 3 review rounds.*stays paused"):
         result_operator()._finish(context(FakeTI("review.result")), KICKOFF_ID, _result(paused_record()))
@@ -499,7 +505,7 @@ def _result(record: dict):
     from airflow_provider_crew.waiting.rules import CrewWaitEvent
 
     outcome = {"PAUSED": "paused", "SUCCESS": "succeeded"}[record["state"]]
-    return CrewWaitEvent.parse(crew_event(record, status=outcome)).to_result()
+    return CrewWaitEvent.parse(crew_event(record, outcome=outcome)).to_result()
 
 
 # -- a retry of a round whose answer was applied (Airflow 3.3+: the task state store) --------------

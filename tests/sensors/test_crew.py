@@ -21,10 +21,11 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionFailedError,
     CrewExecutionNotFoundError,
 )
-from airflow_provider_crew.hooks.crew import CrewHook, close_shared_sessions
+from airflow_provider_crew.hooks.client.transport import close_shared_sessions
+from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import CrewWaitEvent
 
 FAILING_CREW = {
     "name": "failing",
@@ -102,17 +103,18 @@ def hook(crew_connection) -> CrewHook:
     return CrewHook()
 
 
-def test_poke_is_false_while_running_then_returns_the_output(crew_service, hook):
+def test_poke_is_false_while_running_then_returns_the_kickoff_id_with_the_result(crew_service, hook):
     kickoff_id = hook.kickoff({"topic": "sensors", "current_year": "2026"})
     sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=False), FakeTI()
     assert sensor.poke({"ti": ti}) is False
     done = poke_until_done(sensor, ti, crew_service, kickoff_id)
     assert isinstance(done, PokeReturnValue) and done.is_done
-    assert done.xcom_value == crew_service.executions[kickoff_id]["result"] == ti.xcom["output"]
-    assert "sensors" in done.xcom_value
+    assert done.xcom_value == kickoff_id
+    assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
+    assert "sensors" in ti.xcom["result"]
 
 
-def test_wait_for_human_input_returns_the_paused_task(
+def test_a_pause_ends_the_wait_and_pushes_the_paused_task_by_default(
     crew_service, crew_webhooks, crew_connection, monkeypatch
 ):
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
@@ -123,11 +125,33 @@ def test_wait_for_human_input_returns_the_paused_task(
             "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"},
         },
     )
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, wait_for="human_input", deferrable=False)
-    done = poke_until_done(sensor, FakeTI(), crew_service, kickoff_id, "PAUSED")
-    assert done.xcom_value["execution_id"] == kickoff_id
-    assert done.xcom_value["task_id"] == crew_service.executions[kickoff_id]["task_ids"]["draft_task"]
-    assert "draft" in done.xcom_value["task_output"].lower()
+    sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=False), FakeTI()
+    done = poke_until_done(sensor, ti, crew_service, kickoff_id, "PAUSED")
+    assert done.xcom_value == kickoff_id
+    paused = ti.xcom["human_input"]
+    assert paused["execution_id"] == kickoff_id
+    assert paused["task_id"] == crew_service.executions[kickoff_id]["task_ids"]["draft_task"]
+    assert "draft" in paused["task_output"].lower()
+    assert "result" not in ti.xcom
+
+
+def test_a_pause_under_on_human_input_fail_fails_without_retry(
+    crew_service, crew_webhooks, crew_connection, monkeypatch
+):
+    from airflow_provider_crew._compat import AirflowFailException
+
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
+    kickoff_id = CrewHook().kickoff(
+        {"topic": "sensors", "audience": "ops"},
+        human_input_webhook={
+            "url": crew_webhooks.url_for("human"),
+            "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"},
+        },
+    )
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, on_human_input="fail", deferrable=False)
+    crew_service.wait_for_state(kickoff_id, "PAUSED")
+    with pytest.raises(AirflowFailException, match=f"{kickoff_id} paused for human input.*without retry"):
+        sensor.poke({"ti": FakeTI()})
 
 
 @pytest.mark.crew_service(FAILING_CREW)
@@ -258,7 +282,7 @@ def test_deferrable_execute_defers_to_the_trigger_with_an_absolute_deadline(crew
 
 def test_a_trigger_timeout_raises_sensor_timeout_so_soft_fail_applies():
     sensor = CrewStatusSensor(task_id="wait", kickoff_id="k-1", deferrable=True, soft_fail=True)
-    event = {"status": "timeout", "kickoff_id": "k-1", "message": "Timed out waiting", "record": None}
+    event = {"outcome": "timeout", "kickoff_id": "k-1", "message": "Timed out waiting", "record": None}
     with pytest.raises(AirflowSensorTimeout, match="Timed out waiting"):
         sensor.execute_complete({"ti": FakeTI()}, event)
 
@@ -266,8 +290,11 @@ def test_a_trigger_timeout_raises_sensor_timeout_so_soft_fail_applies():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"wait_for": "done"}, "wait_for='done' is not known"),
+        ({"on_human_input": "done"}, "on_human_input='done' is not known"),
         ({"poke_interval": 0}, "poke_interval must be greater than 0"),
+        ({"poll_interval": 0}, "poll_interval must be greater than 0"),
+        ({"poll_interval": 5, "poke_interval": 60}, "name the same setting of CrewStatusSensor"),
+        ({"timeout": 0}, "timeout must be greater than 0"),
         ({"not_found_grace": -1}, "not_found_grace must be greater than 0"),
     ],
 )
@@ -287,6 +314,23 @@ def test_deferrable_sensor_does_not_defer_when_the_execution_already_finished(cr
     crew_service.wait_for_state(kickoff_id)
     sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=True), FakeTI()
 
-    output = sensor.execute({"ti": ti})  # no TaskDeferred: nothing left to wait for
+    returned = sensor.execute({"ti": ti})  # no TaskDeferred: nothing left to wait for
 
-    assert output == crew_service.executions[kickoff_id]["result"] == ti.xcom["output"]
+    assert returned == kickoff_id
+    assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
+
+
+def test_the_timing_parameters_mean_what_they_mean_on_every_crew_task():
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
+
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id="k")
+    kickoff = CrewKickoffOperator(task_id="kickoff", inputs={})
+    resume = CrewResumeOperator(task_id="resume", kickoff_id="k", crew_task_id="t", is_approve=True)
+    for task in (sensor, kickoff, resume):
+        assert (task.poll_interval, task.max_poll_interval, task.timeout) == (2.0, 15.0, 24 * 3600.0)
+    assert sensor.poke_interval == 2.0  # Airflow's name for the same setting
+    assert CrewStatusSensor(task_id="a", kickoff_id="k", poke_interval=7).poll_interval == 7.0
+    assert (
+        CrewStatusSensor(task_id="b", kickoff_id="k", poll_interval=7, poke_interval=7).poke_interval == 7.0
+    )

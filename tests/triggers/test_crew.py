@@ -20,7 +20,7 @@ from collections import Counter
 import aiohttp
 import pytest
 
-from airflow_provider_crew.connection import StatusPathStyle
+from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks import crew as hook_module
 from airflow_provider_crew.hooks.client.request import status_call
@@ -28,7 +28,7 @@ from airflow_provider_crew.hooks.client.transport import close_shared_sessions, 
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting import CrewWaitEvent, Outcome, WaitFor
+from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitFor
 
 RESEARCH_INPUTS = {"topic": "tidal energy", "current_year": "2026"}
 SECRET = "trigger-test-token-5e8a2b"

@@ -14,8 +14,8 @@ from airflow_provider_crew.exceptions import (
     CrewServerError,
     CrewTransportError,
 )
-from airflow_provider_crew.models import CrewStatus
-from airflow_provider_crew.waiting import (
+from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting.rules import (
     CrewWaitEvent,
     Outcome,
     Poller,
@@ -244,16 +244,11 @@ def test_event_round_trip_and_validation():
             CrewWaitEvent.parse(bad)
 
 
-def test_an_event_from_a_trigger_of_the_previous_release_still_parses():
-    # A task deferred before an upgrade resumes with the event its old trigger stored: "status" held the outcome.
-    stored = {
-        "status": "paused",
-        "kickoff_id": "k1",
-        "message": "m",
-        "record": {"state": "PAUSED", "last_executed_task": {"task_id": "t", "output": "o"}},
-    }
-    result = CrewWaitEvent.parse(stored).to_result()
-    assert (result.outcome, result.last_status.paused_task_id) == (Outcome.PAUSED, "t")
+def test_an_event_naming_the_outcome_status_is_refused():
+    # Before 1.0 the outcome was also read as "status"; 1.0 reads one name.
+    stored = {"status": "paused", "kickoff_id": "k1", "message": "m", "record": None}
+    with pytest.raises(Exception, match="Malformed crew status event"):
+        CrewWaitEvent.parse(stored)
 
 
 def test_wait_result_rejects_the_old_field_name():

@@ -16,7 +16,8 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.webhook_receiver import run_token
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome
@@ -79,9 +80,10 @@ def test_a_woken_wait_reads_the_status_and_ends_when_the_crew_is_done(crew_servi
     sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id)
     ti = FakeTI()
 
-    output = sensor.execute_complete({"ti": ti}, woken_event(kickoff_id, deadline=time.time() + 600))
+    returned = sensor.execute_complete({"ti": ti}, woken_event(kickoff_id, deadline=time.time() + 600))
 
-    assert output == crew_service.executions[kickoff_id]["result"] == ti.xcom["output"]
+    assert returned == kickoff_id
+    assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
     assert crew_service.executions[kickoff_id]["polls"] == polls + 1  # one read, the task's own
     assert "Woken by the crew's completion webhook. Reading the status" in capsys.readouterr().out
 

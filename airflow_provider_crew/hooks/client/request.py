@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_provider_crew import __version__
-from airflow_provider_crew.connection import CrewConnectionConfig, StatusPathStyle
+from airflow_provider_crew.connection import CrewConnectionConfig
+from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewOutcomeUnknownError
 
 USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"

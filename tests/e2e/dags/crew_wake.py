@@ -12,7 +12,8 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -51,7 +52,6 @@ with dag("wake_resume"):
         crew_task_id=PAUSED_TASK,
         is_approve=True,
         human_feedback="Fine.",
-        wait_for="completion",
         deferrable=True,
     )
 

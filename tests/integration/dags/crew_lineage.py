@@ -16,7 +16,8 @@ import os
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_crew.operators.crew import CrewKickoffOperator, CrewResumeOperator
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 
 INPUTS = {"topic": "{{ params.topic }}", "current_year": "{{ params.current_year }}"}
@@ -71,7 +72,6 @@ with DAG(
         crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
         human_feedback="Approved.",
         is_approve=True,
-        wait_for="completion",
         poll_interval=0.5,
         max_poll_interval=1,
     )

@@ -38,3 +38,22 @@ with DAG(
         inputs={"topic": "dropped", "current_year": "2026"},
         deferrable=False,
     )
+
+with DAG(
+    "crew_pause_fails",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
+):
+    # The crew pauses for human input and the task says a pause fails it: it must fail once, without
+    # using its retries, because each retry would start another paid execution that pauses again.
+    CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "pauses", "audience": "reviewers"},
+        human_input_webhook_conn_id="human_hook",
+        on_human_input="fail",
+        poll_interval=0.5,
+        max_poll_interval=0.5,
+        deferrable=False,
+    )
