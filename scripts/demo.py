@@ -124,7 +124,7 @@ def review_in_airflow(home: Path, *, ui: bool) -> int:
                 )
                 return 1
             history = airflow.xcom(REVIEW_DAG_ID, run_id, "review.result", key="review_history")
-            final = airflow.xcom(REVIEW_DAG_ID, run_id, "review.result")
+            final = airflow.xcom(REVIEW_DAG_ID, run_id, "review.result", key="result")
             kinds = [hook.kind for hook in receiver.received]
         except BaseException:
             for component in airflow.processes:

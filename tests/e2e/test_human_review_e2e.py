@@ -193,8 +193,9 @@ def test_reviewer_rejects_once_then_approves_in_airflow(stack):
         (False, FEEDBACK),
         (True, APPROVAL),
     ]
-    final = airflow.xcom(DAG_ID, run_id, "review.result")
-    assert final == execution["result"] == airflow.xcom(DAG_ID, run_id, "review.result", key="result")
+    final = airflow.xcom(DAG_ID, run_id, "review.result", key="result")
+    assert final == execution["result"]
+    assert airflow.xcom(DAG_ID, run_id, "review.result") == kickoff_id  # like every crew task
     assert final == airflow.xcom(DAG_ID, run_id, "publish")
     assert FEEDBACK in final and APPROVAL in final
 
