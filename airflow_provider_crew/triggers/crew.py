@@ -219,16 +219,33 @@ class CrewStatusTrigger(BaseTrigger):
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
         await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
+        first_look = True
         while True:
             try:
                 step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):
+                if self.safety_poll_interval and not first_look:
+                    self._say_no_wake_came(poller.log, step)
                 await hold_until(self.not_before)
                 yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).payload())
                 return
+            first_look = False
             await asyncio.sleep(step)
+
+    def _say_no_wake_came(self, log: logging.Logger | Any, result: WaitResult) -> None:
+        """A woken wait whose end a safety poll found: the crew's webhook never woke it. Said once,
+        in the task's log, so that a silent misconfiguration is visible (a wake would have ended the
+        wait, and with it this trigger, before this poll)."""
+        log.warning(
+            "Webhook wake is on, but no webhook woke this wait: the safety poll (every %g s) found "
+            "crew execution %s %s. Check that the crew service reaches the webhook receiver's address "
+            "and that its webhook sender can call it (docs/webhook-wake.md, 'When no wake comes').",
+            self.safety_poll_interval,
+            self.kickoff_id,
+            result.outcome.value,
+        )
 
 
 async def hold_until(not_before: float) -> None:

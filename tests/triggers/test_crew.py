@@ -320,6 +320,34 @@ async def test_a_wait_woken_by_webhook_polls_once_soon_then_on_the_safety_interv
     assert 2 <= len(offsets) <= 4, offsets
 
 
+@pytest.mark.integration
+async def test_a_woken_wait_whose_end_only_the_safety_poll_found_says_no_wake_came(
+    crew_service, connect, capsys
+):
+    connect("crew_default")
+    kickoff_id = CrewHook().kickoff({"topic": "tides", "current_year": "2026"})
+    trigger = make_trigger(kickoff_id, poll_interval=0.05)
+    trigger.safety_poll_interval = 0.5  # the first look is early; the crew ends before the next poll
+
+    event = await run_trigger(trigger)
+
+    assert event.outcome is Outcome.SUCCEEDED
+    said = [line for line in capsys.readouterr().out.splitlines() if "no webhook woke this wait" in line]
+    assert len(said) == 1 and kickoff_id in said[0] and "docs/webhook-wake.md" in said[0]
+
+
+@pytest.mark.integration
+async def test_a_polling_wait_or_a_first_look_says_nothing_about_wakes(crew_service, connect, capsys):
+    connect("crew_default")
+    kickoff_id = CrewHook().kickoff({"topic": "tides", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    woken = make_trigger(kickoff_id)
+    woken.safety_poll_interval = 300.0  # the first look finds the end: nothing was missed
+    assert (await run_trigger(woken)).outcome is Outcome.SUCCEEDED
+    assert (await run_trigger(make_trigger(kickoff_id))).outcome is Outcome.SUCCEEDED
+    assert "no webhook woke" not in capsys.readouterr().out
+
+
 def test_a_trigger_is_rebuilt_from_stored_kwargs_of_another_release():
     kwargs = make_trigger("k-1").serialize()[1]
     rebuilt = CrewStatusTrigger.from_kwargs({**kwargs, "argument_of_a_newer_release": 1})
