@@ -34,6 +34,10 @@ AIRFLOW_VERSION = Version(Version(_airflow_version).base_version)
 AIRFLOW_V_3_1_PLUS = AIRFLOW_VERSION >= Version("3.1.0")
 AIRFLOW_V_3_1_3_PLUS = AIRFLOW_VERSION >= Version("3.1.3")
 AIRFLOW_V_3_3_PLUS = AIRFLOW_VERSION >= Version("3.3.0")
+# apache/airflow#72716 (a deferred task resumed before the scheduler read its deferral's exit is
+# failed) is open, so no release is free of it yet: set this from the first release that fixes it.
+# airflow_provider_crew.waiting.race holds the workaround.
+AIRFLOW_DEFERRAL_RACE_FIXED = False
 
 
 async def aget_connection(conn_id: str) -> Connection:
@@ -98,6 +102,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def task_success_listeners() -> bool:
+    """Whether a listener (OpenLineage's, a plugin's) is registered to see tasks succeed in their worker
+    (``on_task_instance_success``); the listener manager moved to the task SDK in 3.2."""
+    try:
+        from airflow.sdk.listener import get_listener_manager
+    except ImportError:  # Airflow 3.0-3.1
+        from airflow.listeners.listener import get_listener_manager  # type: ignore[assignment]
+    return bool(get_listener_manager().hook.on_task_instance_success.get_hookimpls())
+
+
 def task_state_store(context: Mapping[str, Any]) -> Any:
     """The task instance's state store (Airflow 3.3+), which outlives a try; None before 3.3.
 
@@ -112,6 +126,7 @@ def task_state_store(context: Mapping[str, Any]) -> Any:
 
 
 __all__ = [
+    "AIRFLOW_DEFERRAL_RACE_FIXED",
     "AIRFLOW_V_3_1_3_PLUS",
     "AIRFLOW_V_3_1_PLUS",
     "AIRFLOW_V_3_3_PLUS",
@@ -131,4 +146,5 @@ __all__ = [
     "running_in_process_test",
     "task_awaiting_input",
     "task_state_store",
+    "task_success_listeners",
 ]

@@ -125,7 +125,9 @@ def test_examples_and_how_tos_use_only_names_the_api_page_shows():
     texts = [p.read_text() for p in (REPO / "example_dags").glob("*.py")]
     texts += [p.read_text() for p in (REPO / "docs" / "howto").glob("*.rst")]
     for text in texts:
-        for call in re.finditer(r"\b(Crew\w+Operator|CrewStatusSensor|crew_human_review)\((.*?)\n\s*\)", text, re.S):
+        for call in re.finditer(
+            r"\b(Crew\w+Operator|CrewStatusSensor|crew_human_review)\((.*?)\n\s*\)", text, re.S
+        ):
             for keyword in re.findall(r"^\s*(\w+)=", call.group(2), re.M):
                 assert keyword in documented or keyword == "task_id", f"{call.group(1)}({keyword}=...)"
 

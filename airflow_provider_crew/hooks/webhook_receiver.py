@@ -7,10 +7,11 @@ api-server's address *as the crew service reaches it* (a public ingress, or a pr
 ``/crew-webhooks/``), its password the key the run's secret is derived with.
 
 The contract's crew webhook carries no credentials, so the address itself is the credential: the
-run's token rides in the URL's userinfo (``https://wake:<token>@host/...``), which HTTP clients send
-as a Basic ``Authorization`` header, never in the request line an access log or a proxy writes. The
-human-input webhook sends it as its bearer token. A leaked address lets its holder wake that run's
-waits early: each then reads the status with the crew's own token and waits on.
+run's token rides in its query string (``https://host/crew-webhooks/v1/crew/<dag>/<run>?token=<token>``),
+which every HTTP client sends as it is. Airflow 3.3's api-server redacts a ``token=`` query value in
+its access log; older ones, and proxies, log it (docs/webhook-wake.md, "Security"). The human-input
+webhook sends it as its bearer token. A leaked address lets its holder wake that run's waits early:
+each then reads the status with the crew's own token and waits on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
 from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, normalise_base_url
@@ -43,6 +44,8 @@ PLUGIN_PREFIX = "/crew-webhooks"
 API_VERSION = "v1"
 #: The kinds of webhook that wake a wait: completion (crew) and a pause for human input (human).
 KINDS = ("crew", "human")
+#: The query parameter of the completion address that carries the run's token.
+TOKEN_PARAMETER = "token"
 MIN_KEY_LENGTH = 24
 # How long a worker process trusts one check of the plugin's health.
 HEALTH_TTL_SECONDS = 300.0
@@ -122,7 +125,7 @@ class ReceiverConfig:
 class WakeAddresses:
     """What a kickoff or resume sends so that the crew's webhooks wake this run's waits.
 
-    :param crew_webhook_url: The completion webhook, the run's token in its userinfo.
+    :param crew_webhook_url: The completion webhook, the run's token in its ``token`` query parameter.
     :param human_input_webhook: The human-input webhook: the address and the token as bearer.
     :param safety_poll_interval: Seconds between the status polls a woken wait still makes.
     """
@@ -177,7 +180,8 @@ class CrewWebhookReceiverHook(BaseHook):
         token = run_token(config.keys[0], dag_id, run_id)
         parts = urlsplit(config.base_url)
         path = f"{parts.path.rstrip('/')}{wake_path('crew', dag_id, run_id)}"
-        crew_url = parts._replace(netloc=f"wake:{token}@{parts.netloc}", path=path).geturl()
+        query = urlencode({TOKEN_PARAMETER: token})
+        crew_url = parts._replace(path=path, query=query, fragment="").geturl()
         return WakeAddresses(crew_url, self.human_input_address(dag_id, run_id), crew.safety_poll_interval)
 
     def human_input_address(self, dag_id: str, run_id: str) -> HumanInputWebhook:

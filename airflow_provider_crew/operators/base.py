@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.models import check_webhook_url
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
 if TYPE_CHECKING:
@@ -86,6 +85,8 @@ def check_webhook_parameter(value: Any, parameter: str) -> None:
     """
     if value is None or value == "" or is_template_or_xcom(value):
         return
+    from airflow_provider_crew.models import check_webhook_url  # here: a DAG without a URL never loads it
+
     try:
         check_webhook_url(value, parameter)
     except ValueError as error:

@@ -6,25 +6,23 @@ plugin apps; this one checks every call itself:
 
 - ``GET /crew-webhooks/v1/health``: whether the plugin can wake waits here, and proof of its key.
 - ``POST /crew-webhooks/v1/{crew|human}/{dag_id}/{run_id}``: a crew's completion (``crew``) or
-  human-input (``human``) webhook for one DAG run. The run's token comes as the Basic password
-  (from the URL's userinfo) or a bearer token; a wrong one gets 404 and touches nothing.
+  human-input (``human``) webhook for one DAG run. The run's token comes as the ``token`` query
+  parameter (the completion address) or a bearer token (the human-input webhook); a missing or wrong
+  one gets 404 and touches nothing. The token is never logged nor put in an exception's text.
 
 A webhook carries no result: it wakes the run's deferred waits on its execution (``kickoff_id``),
 and each woken task reads the status with the crew's token (:mod:`airflow_provider_crew.waiting.task`).
-A wake is applied no earlier than the trigger's own hold (``not_before``: Airflow fails a task resumed
-before the scheduler has handled its deferral, apache/airflow#67287), and not before the scheduler that
-ran the task has been seen to start a loop after it (a stalled scheduler would read the deferring
-process's exit in the same loop as it queues the woken task). Once per deferral, and only after
-re-checking under a row lock that the task instance still waits on that trigger. The Airflow
-internal it relies on, ``airflow.models.trigger.handle_event_submit``, is probed: without it the
-health check says why and the tasks keep polling.
+Airflow fails a task resumed before the scheduler has handled its deferral (apache/airflow#67287), so
+a wake that comes before the trigger's race bound (``not_before``) is not applied: until then the
+trigger polls at most 5 s apart and ends the task itself. A wake at or after it is applied at once,
+once per deferral, and only after re-checking under a row lock that the task instance still waits on
+that trigger. The Airflow internal it relies on, ``airflow.models.trigger.handle_event_submit``, is
+probed: without it the health check says why and the tasks keep polling.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import inspect
 import json
 import logging
@@ -41,6 +39,7 @@ from airflow_provider_crew.hooks.webhook_receiver import (
     API_VERSION,
     DEFAULT_RECEIVER_CONN_ID,
     KINDS,
+    TOKEN_PARAMETER,
     ReceiverConfig,
     key_check,
     token_matches,
@@ -58,11 +57,8 @@ KEYS_TTL_SECONDS = 60.0
 LOOKUP_DEDUP_SECONDS = 2.0
 # Database work of the plugin runs in at most this many threads at once.
 DB_THREADS = 4
-# How often held wakes read the heartbeat of the scheduler that ran their task, and for how long at most
-# (past that the wake is applied: the trigger's own poll would fire just the same).
-SCHEDULER_READ_INTERVAL = 1.0
-SCHEDULER_PATIENCE_SECONDS = 300.0
-NOT_READ = float("-inf")
+# The longest token looked at: a run's token is 43 characters.
+MAX_TOKEN_LENGTH = 256
 WOKEN_BY = {"crew": "the crew's completion webhook", "human": "the crew's human-input webhook"}
 
 
@@ -85,7 +81,6 @@ class Wait:
     ti_id: Any  # the task instance's id as the database holds it (a UUID)
     trigger_id: int
     kwargs: dict[str, Any]
-    scheduler_job_id: int | None = None  # the scheduler whose executor ran the task that deferred
 
     @property
     def not_before(self) -> float:
@@ -108,7 +103,7 @@ def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wai
     waits = []
     with create_session() as session:
         rows = session.execute(
-            select(TaskInstance.id, TaskInstance.queued_by_job_id, Trigger)
+            select(TaskInstance.id, Trigger)
             .join(Trigger, TaskInstance.trigger_id == Trigger.id)
             .where(
                 TaskInstance.dag_id == dag_id,
@@ -117,30 +112,14 @@ def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wai
                 Trigger.classpath == STATUS_TRIGGER,
             )
         ).all()
-        for ti_id, scheduler_job_id, trigger in rows:
+        for ti_id, trigger in rows:
             kwargs = dict(trigger.kwargs)
             if kwargs.get("kickoff_id") != kickoff_id:
                 continue
             if kind == "human" and kwargs.get("wait_for") != WaitFor.HUMAN_INPUT.value:
                 continue  # a pause ends only the waits that stop at one
-            waits.append(Wait(ti_id, trigger.id, kwargs, scheduler_job_id))
+            waits.append(Wait(ti_id, trigger.id, kwargs))
     return waits
-
-
-def scheduler_heartbeat(job_id: int) -> float | None:
-    """Epoch seconds of the latest heartbeat of scheduler job ``job_id``; None once it is not running.
-
-    The scheduler writes it at the end of a loop, after it has read its executor's events.
-    """
-    from airflow.jobs.job import Job, JobState
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.execute(select(Job.state, Job.latest_heartbeat).where(Job.id == job_id)).one_or_none()
-    if row is None or row.state != JobState.RUNNING or row.latest_heartbeat is None:
-        return None
-    return float(row.latest_heartbeat.timestamp())
 
 
 def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
@@ -181,15 +160,14 @@ def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
 
 
 class Waker:
-    """The api-server's side of the wake: lookups shared by repeated webhooks, wakes held until the
-    trigger's own hold, once per deferral (a deferral is one trigger row)."""
+    """The api-server's side of the wake: lookups shared by repeated webhooks, wakes applied from the
+    trigger's race bound on, once per deferral (a deferral is one trigger row)."""
 
     def __init__(self) -> None:
         self._pending: dict[tuple[str, int, float], asyncio.Task[None]] = {}  # deferral -> its wake
         self._woken: OrderedDict[tuple[str, int, float], None] = OrderedDict()  # deferrals woken (bounded)
         self._recent: dict[tuple[str, str, str, str], float] = {}  # lookup -> when (monotonic)
         self._threads = asyncio.Semaphore(DB_THREADS)
-        self._heartbeats: dict[int, tuple[float, float | None]] = {}  # scheduler job -> (read at, beat)
 
     async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> int:
         """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled."""
@@ -205,7 +183,18 @@ class Waker:
         for wait in waits:
             if wait.deferral in self._pending or wait.deferral in self._woken:
                 continue
-            task = asyncio.get_running_loop().create_task(self._wake_when_allowed(wait, kind))
+            early = wait.not_before - time.time()
+            if early > 0:
+                log.debug(
+                    "Not waking task instance %s (%s webhook, execution %s): %.1f s before its trigger's "
+                    "race bound, until which the trigger's own polls end the wait.",
+                    wait.ti_id,
+                    kind,
+                    kickoff_id,
+                    early,
+                )
+                continue
+            task = asyncio.get_running_loop().create_task(self._wake(wait, kind))
             self._pending[wait.deferral] = task
             task.add_done_callback(self._forget_pending)
             scheduled += 1
@@ -216,12 +205,7 @@ class Waker:
             if task is done:
                 del self._pending[key]
 
-    async def _wake_when_allowed(self, wait: Wait, kind: str) -> None:
-        delay = wait.not_before - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if wait.scheduler_job_id is not None:
-            await self._until_scheduler_looped(wait.scheduler_job_id, wait.not_before)
+    async def _wake(self, wait: Wait, kind: str) -> None:
         event = CrewWaitEvent(
             outcome=Outcome.WOKEN,
             kickoff_id=str(wait.kwargs.get("kickoff_id")),
@@ -249,41 +233,6 @@ class Waker:
                 kind,
                 wait.kwargs.get("kickoff_id"),
             )
-
-    async def _until_scheduler_looped(self, job_id: int, since: float) -> None:
-        """Wait until scheduler ``job_id`` has begun a loop after ``since`` (and so read the deferring
-        process's exit, if it came by then): two heartbeats written after it, the second from a later
-        loop. Returns at once when that scheduler is gone (its executor's events went with it)."""
-        first: float | None = None
-        deadline = time.monotonic() + SCHEDULER_PATIENCE_SECONDS
-        while time.monotonic() < deadline:
-            beat = await self._scheduler_heartbeat(job_id)
-            if beat is None:
-                return
-            if beat > since:
-                if first is None:
-                    first = beat
-                elif beat > first:
-                    return
-            await asyncio.sleep(SCHEDULER_READ_INTERVAL)
-        log.warning(
-            "Scheduler job %s has not looped for %.0f s; waking anyway.", job_id, SCHEDULER_PATIENCE_SECONDS
-        )
-
-    async def _scheduler_heartbeat(self, job_id: int) -> float | None:
-        """The scheduler's latest heartbeat (-inf while unknown), read at most once per interval for all
-        the held wakes."""
-        read_at, beat = self._heartbeats.get(job_id, (-SCHEDULER_READ_INTERVAL, NOT_READ))
-        if time.monotonic() - read_at >= SCHEDULER_READ_INTERVAL:
-            # Marked read now: the other held wakes keep the last beat meanwhile instead of reading too.
-            self._heartbeats[job_id] = (time.monotonic(), beat)
-            try:
-                async with self._threads:
-                    beat = await asyncio.to_thread(scheduler_heartbeat, job_id)
-            except Exception:  # e.g. SQLite's "database is locked": read again next time
-                log.debug("Could not read scheduler job %s's heartbeat.", job_id, exc_info=True)
-            self._heartbeats[job_id] = (time.monotonic(), beat)
-        return beat
 
 
 class ReceiverKeys:
@@ -320,18 +269,19 @@ class ReceiverKeys:
             return None, str(error)
 
 
-def presented_token(authorization: str | None) -> str | None:
-    """The token of a Basic (its password) or Bearer ``Authorization`` header."""
-    scheme, _, value = (authorization or "").partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip() or None
-    if scheme.lower() == "basic":
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return decoded.partition(":")[2] or None
-    return None
+def presented_token(request: Request) -> str | None:
+    """The run's token the request presents: its ``token`` query parameter, else a bearer token.
+
+    None when there is none, or when it cannot be a run's token (too long, or not ASCII): such a
+    request gets the same 404 as a wrong token.
+    """
+    token = request.query_params.get(TOKEN_PARAMETER)
+    if not token:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        token = value.strip() if scheme.lower() == "bearer" else None
+    if not token or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
+        return None
+    return token
 
 
 def execution_of(body: bytes) -> str | None:
@@ -383,7 +333,7 @@ def create_app() -> FastAPI:
     @app.post(f"/{API_VERSION}/{{kind}}/{{dag_id}}/{{run_id:path}}")
     async def webhook(kind: str, dag_id: str, run_id: str, request: Request) -> Response:
         config, _ = await keys.aget()
-        token = presented_token(request.headers.get("authorization"))
+        token = presented_token(request)
         if kind not in KINDS or config is None or token is None:
             return not_found()
         if not token_matches(config.keys, dag_id, run_id, token):

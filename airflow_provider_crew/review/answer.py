@@ -4,7 +4,7 @@
   Airflow 3.3+ parks the task (``awaiting_input``; the answer resumes it). Airflow 3.1-3.2 defer it
   to :class:`CrewReviewAnswerTrigger`, which holds the answer back until the deferral is surely
   handled (Airflow's stale executor-event race,
-  :func:`~airflow_provider_crew.waiting.task.deferral_settle_seconds`).
+  :func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
 - Reading: :func:`answer_from_event`, :func:`why_answer_is_outdated`, :func:`feedback_for_crew`.
 - Keeping: :class:`RoundRecords`, what a round keeps in the task state store (3.3+) so that a retry
   neither asks twice nor applies an answer twice.
@@ -24,8 +24,7 @@ from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaitin
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
 from airflow_provider_crew.status import CrewState, CrewStatus
-from airflow_provider_crew.triggers.crew import hold_until
-from airflow_provider_crew.waiting.task import deferral_settle_seconds
+from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_crew.exceptions import CrewReviewRoundsExhaustedError
 from airflow_provider_crew.review.base import XCOM_REVIEW_HISTORY, ReviewTaskBase
 from airflow_provider_crew.review.request import crew_task_name
-from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.task import XCOM_STATUS
+from airflow_provider_crew.waiting.rules import XCOM_STATUS, Outcome, WaitFor, WaitResult
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,6 +45,11 @@ class CrewReviewResultOperator(ReviewTaskBase):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
+
+    def _trigger_success_outcomes(self) -> list[str]:
+        # A pause after the last round fails the review, on a worker.
+        outcomes = super()._trigger_success_outcomes()
+        return [outcome for outcome in outcomes if outcome == Outcome.SUCCEEDED.value]
 
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         status = result.last_status

@@ -7,7 +7,7 @@
 3. it checks that the execution still waits on that output, sends the answer with ``POST /resume``
    and ends. No task defers again after a resume in the same try, which keeps every resume clear of
    Airflow's stale executor-event race (see
-   :func:`~airflow_provider_crew.waiting.task.deferral_settle_seconds`).
+   :func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
 
 The request's text is :mod:`.request`; waiting for the answer, reading it and keeping it for a
 retry, :mod:`.answer`.
@@ -38,8 +38,8 @@ from airflow_provider_crew.operators.base import (
 )
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.task import XCOM_STATUS, seconds, shorten
+from airflow_provider_crew.waiting.rules import XCOM_STATUS, Outcome, WaitFor, WaitResult, shorten
+from airflow_provider_crew.waiting.task import seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -173,6 +173,9 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
         kickoff_id, result = self._result_from_event(context, event)
         return self._on_crew_result(context, kickoff_id, result)
+
+    def _trigger_success_outcomes(self) -> list[str]:
+        return []  # a pause must be asked about, and an end skips the round: both on a worker
 
     def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> dict[str, Any]:
         self._end_wait(kickoff_id, result)

@@ -11,17 +11,21 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.waiting.race import hold_until
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     CrewWaitEvent,
+    Outcome,
     Poller,
     WaitFor,
     WaitResult,
+    end_log_line,
+    result_xcoms,
 )
 
 # The first poll comes this fraction of poll_interval to the whole of it after the trigger starts,
@@ -33,6 +37,10 @@ FIRST_POLL_JITTER = 0.5
 # the triggerer's CPU), so every poll would queue, the loop would lag for every trigger in it and
 # the crew service would take the whole burst. Waits started one at a time are not delayed.
 FIRST_POLLS_PER_SECOND = 500.0
+# With webhook wake, until the race bound (``not_before``) the trigger polls at least this often: a
+# wake before the bound is not applied (it would resume a worker into Airflow's race), so a crew that
+# ends then is found by these polls and, where the trigger ends the task, ended within seconds.
+RACE_WINDOW_POLL_INTERVAL = 4.0
 
 
 class FirstPollPacer:
@@ -117,6 +125,13 @@ class CrewStatusTrigger(BaseTrigger):
     """
     Poll a crew execution's status until it finishes (or pauses for human input), then fire one event.
 
+    Where nothing needs a worker at the task's end, the task says so (``ends_task_when_finished``,
+    ``ends_task_when_paused``): such an end is the end of the task, sent as Airflow's
+    ``TaskSuccessEvent`` with the XComs the worker would have pushed (the kickoff id as return value,
+    ``result`` or ``human_input``, ``status``, ``usage``). No worker starts and Airflow's deferral race
+    cannot happen, so nothing is held back. Any other end resumes the task on a worker
+    (``execute_complete``), held until ``not_before``.
+
     Every kwarg is a JSON primitive and none is a secret: the token is looked up from the
     connection, asynchronously, when the trigger runs. Deadlines are absolute (epoch seconds), so a
     triggerer restart re-creates the trigger from its kwargs and it carries on where it was.
@@ -136,7 +151,12 @@ class CrewStatusTrigger(BaseTrigger):
         :func:`airflow_provider_crew.waiting.task.deferral_settle_seconds`): an event that resumes the task
         before that can get it failed by Airflow's stale executor-event race.
     :param safety_poll_interval: Seconds between polls after the first one, when the crew's webhooks
-        wake the wait (docs/webhook-wake.md); 0 polls on ``poll_interval``'s growing schedule.
+        wake the wait (docs/webhook-wake.md); 0 polls on ``poll_interval``'s growing schedule. Until
+        ``not_before`` the trigger polls at least every :data:`RACE_WINDOW_POLL_INTERVAL` seconds all
+        the same: no wake is applied before then.
+    :param ends_task_when_finished: A SUCCESS ends the task from here, successfully.
+    :param ends_task_when_paused: A pause that ends the wait ends the task from here, successfully.
+        Any end not named by these two resumes the task on a worker.
     """
 
     def __init__(
@@ -152,6 +172,8 @@ class CrewStatusTrigger(BaseTrigger):
         not_before: float = 0.0,
         execution_seen: bool = False,
         safety_poll_interval: float = 0.0,
+        ends_task_when_finished: bool = False,
+        ends_task_when_paused: bool = False,
     ) -> None:
         super().__init__()
         self.kickoff_id = kickoff_id
@@ -164,6 +186,8 @@ class CrewStatusTrigger(BaseTrigger):
         self.not_before = float(not_before)
         self.execution_seen = bool(execution_seen)
         self.safety_poll_interval = max(0.0, float(safety_poll_interval))
+        self.ends_task_when_finished = bool(ends_task_when_finished)
+        self.ends_task_when_paused = bool(ends_task_when_paused)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -179,6 +203,8 @@ class CrewStatusTrigger(BaseTrigger):
                 "not_before": self.not_before,
                 "execution_seen": self.execution_seen,
                 "safety_poll_interval": self.safety_poll_interval,
+                "ends_task_when_finished": self.ends_task_when_finished,
+                "ends_task_when_paused": self.ends_task_when_paused,
             },
         )
 
@@ -226,13 +252,29 @@ class CrewStatusTrigger(BaseTrigger):
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):
-                if self.safety_poll_interval and not first_look:
+                if self.safety_poll_interval and not first_look and time.time() >= self.not_before:
                     self._say_no_wake_came(poller.log, step)
-                await hold_until(self.not_before)
-                yield TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, step).payload())
+                yield await self._event(step, poller.log)
                 return
             first_look = False
+            if self.safety_poll_interval and time.time() < self.not_before:
+                step = min(step, RACE_WINDOW_POLL_INTERVAL)
             await asyncio.sleep(step)
+
+    async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
+        """The task's end, when this trigger may end it; else the event that resumes it on a worker,
+        held until Airflow's race bound."""
+        ends_task = {
+            Outcome.SUCCEEDED: self.ends_task_when_finished,
+            Outcome.PAUSED: self.ends_task_when_paused,
+        }
+        if ends_task.get(result.outcome, False):
+            log.info("%s", end_log_line(self.kickoff_id, result))
+            log.info("The triggerer ends the task: nothing needs a worker at its end.")
+            xcoms = {"return_value": self.kickoff_id, **result_xcoms(self.kickoff_id, result)}
+            return TaskSuccessEvent(xcoms=xcoms)
+        await hold_until(self.not_before)
+        return TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, result).payload())
 
     def _say_no_wake_came(self, log: logging.Logger | Any, result: WaitResult) -> None:
         """A woken wait whose end a safety poll found: the crew's webhook never woke it. Said once,
@@ -246,10 +288,3 @@ class CrewStatusTrigger(BaseTrigger):
             self.kickoff_id,
             result.outcome.value,
         )
-
-
-async def hold_until(not_before: float) -> None:
-    """Sleep until ``not_before`` (epoch seconds); return at once when it has passed."""
-    delay = not_before - time.time()
-    if delay > 0:
-        await asyncio.sleep(delay)

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_provider_crew._compat import conf, running_in_process_test
+from airflow_provider_crew._compat import conf, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
@@ -30,7 +30,7 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
-from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting.race import deferral_settle_seconds
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
     CrewWaitEvent,
@@ -40,6 +40,8 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitFor,
     WaitResult,
+    end_log_line,
+    result_xcoms,
     wait_blocking,
 )
 
@@ -51,53 +53,21 @@ if TYPE_CHECKING:
 # The trigger and the webhook receiver are imported where a task defers: a DAG file that only
 # builds crew tasks does not pay for Airflow's trigger machinery at every parse (about 8 ms).
 
-# XCom keys, named once: DAG authors pull them by these names.
+# XCom keys, named once: DAG authors pull them by these names. What a wait's end pushes is named in
+# waiting.rules, which a trigger that ends the task reads too.
 XCOM_KICKOFF_ID = "kickoff_id"
 XCOM_KICKED_OFF_AT = "kicked_off_at"
-XCOM_RESULT = "result"
-XCOM_STATUS = "status"
-XCOM_HUMAN_INPUT = "human_input"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
-XCOM_USAGE = "usage"
 
 DEFAULT_TIMEOUT = timedelta(hours=24)
-OUTPUT_LOG_LIMIT = 2000
 #: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
 EXECUTION_URL_KWARG = "crew_execution_url"
-
-# Airflow's supervisor checks a lingering task process against ``[core] task_success_overtime`` only
-# between its waits (up to ``[workers] min_heartbeat_interval``), then sends SIGTERM and, this long
-# after, SIGKILL.
-KILL_ESCALATION_SECONDS = 5.0
-# Past that, the worker still has to report the exit and the scheduler to read it: a scheduler loop or
-# two, generously.
-SETTLE_MARGIN_SECONDS = 5.0
 
 
 def default_deferrable() -> bool:
     """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
     return conf.getboolean("operators", "default_deferrable", fallback=False)
-
-
-def deferral_settle_seconds() -> float:
-    """How long after a task defers (or parks) an event may resume it without tripping Airflow's
-    stale executor-event race (apache/airflow#67287, #72716).
-
-    When the task instance is queued again before the scheduler has read the executor's report of
-    the deferring process's exit, Airflow fails it ("finished with state success, but the task
-    instance's state attribute is queued"). That process can linger after it deferred (listeners,
-    log shipping; 5 s is common, more under load); Airflow bounds it: ``[core] task_success_overtime``
-    after the deferral, noticed within ``[workers] min_heartbeat_interval``, it is terminated, killed
-    at most 5 s later. Add a margin for the executor to report the exit and the scheduler to read it.
-    40 s with Airflow's defaults. Zero in ``dag.test()``, which has no executor and so no race.
-    """
-    if running_in_process_test():
-        return 0.0
-    overtime = conf.getfloat("core", "task_success_overtime", fallback=20.0)
-    check_interval = conf.getfloat("workers", "min_heartbeat_interval", fallback=5.0)
-    heartbeat = conf.getfloat("scheduler", "scheduler_heartbeat_sec", fallback=5.0)
-    return overtime + check_interval + KILL_ESCALATION_SECONDS + max(SETTLE_MARGIN_SECONDS, 2 * heartbeat)
 
 
 def seconds(value: timedelta | float | int, parameter: str) -> float:
@@ -111,21 +81,6 @@ def seconds(value: timedelta | float | int, parameter: str) -> float:
     if value <= 0:
         raise CrewConfigurationError(f"{parameter} must be greater than 0 seconds, got {value!r}.")
     return float(value)
-
-
-def shorten(value: Any, limit: int = OUTPUT_LOG_LIMIT, *, rest: str = "more characters") -> str:
-    """``value`` as text for a log line, cut after ``limit`` characters with a note of how many more."""
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} {rest})"
-
-
-def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
-    """What a reviewer needs to resume: the XCom value handed downstream on a pause."""
-    return {
-        "execution_id": kickoff_id,
-        "task_id": status.paused_task_id,
-        "task_output": status.paused_task_output,
-    }
 
 
 def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any]:
@@ -298,6 +253,7 @@ class CrewWaitMixin:
         from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 
         wake = self._webhook_wake(context, hook)
+        ends_task = self._trigger_success_outcomes()
         self.defer(  # type: ignore[attr-defined]
             trigger=CrewStatusTrigger(
                 kickoff_id=poller.kickoff_id,
@@ -310,6 +266,8 @@ class CrewWaitMixin:
                 max_poll_interval=self.max_poll_interval,
                 not_before=time.time() + deferral_settle_seconds(),
                 safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
+                ends_task_when_finished=Outcome.SUCCEEDED.value in ends_task,
+                ends_task_when_paused=Outcome.PAUSED.value in ends_task,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
@@ -318,6 +276,27 @@ class CrewWaitMixin:
             timeout=timedelta(seconds=max(0.0, poller.deadline - time.time()) + 60),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    def _trigger_success_outcomes(self) -> list[str]:
+        """The outcomes with which the trigger may end this task itself (no worker, no race, no hold).
+
+        Only where nothing needs a worker at a successful end: no ``on_success_callback`` (Airflow
+        runs none for a task its trigger ends), no asset ``outlets``, no listener that wants to see the
+        task succeed (OpenLineage's COMPLETE event: listeners run in the worker) and not in
+        ``dag.test()`` (it runs triggers inline and keeps no XCom of theirs). A pause ends the task
+        successfully only with ``on_human_input="return"``. Failures always go to a worker, so that
+        retries, failure callbacks and the typed errors work as in a blocking wait.
+        """
+        if (
+            getattr(self, "on_success_callback", None)
+            or getattr(self, "outlets", None)
+            or running_in_process_test()
+            or task_success_listeners()
+        ):
+            return []
+        if self.on_human_input is OnHumanInput.RETURN:
+            return [Outcome.SUCCEEDED.value, Outcome.PAUSED.value]
+        return [Outcome.SUCCEEDED.value]
 
     def _result_from_event(self, context: Context, event: Any) -> tuple[str, WaitResult]:
         """Validate the trigger's event (an unknown or missing one fails clearly): kickoff id and result.
@@ -430,33 +409,12 @@ class CrewWaitMixin:
             return
         followed.url, followed.url_known = followed.config.execution_url(kickoff_id), True
 
-    def _push_result(self, context: Context, kickoff_id: str, result: WaitResult) -> Any:
-        """Log and push the outcome; return the XCom value for ``result`` or ``human_input``."""
-        status = result.last_status
+    def _push_result(self, context: Context, kickoff_id: str, result: WaitResult) -> None:
+        """Log the end of the wait and push what it found (:func:`~.rules.result_xcoms`)."""
+        self.log.info("%s", end_log_line(kickoff_id, result))
         ti = context["ti"]
-        if status is not None:
-            ti.xcom_push(key=XCOM_STATUS, value=status.raw)
-        if result.outcome is Outcome.PAUSED and status is not None:
-            value = paused_task(status, kickoff_id)
-            self.log.info(
-                "Crew execution %s is waiting for human input on task %r. Its output:\n%s",
-                kickoff_id,
-                status.paused_task_id,
-                shorten(status.paused_task_output, rest="more characters in XCom"),
-            )
-            ti.xcom_push(key=XCOM_HUMAN_INPUT, value=value)
-            return value
-        output = status.output if status is not None else None
-        if status is not None and status.usage is not None:
-            # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
-            ti.xcom_push(key=XCOM_USAGE, value=status.usage)
-        self.log.info(
-            "Crew execution %s succeeded. Output:\n%s",
-            kickoff_id,
-            shorten(output, rest="more characters in XCom"),
-        )
-        ti.xcom_push(key=XCOM_RESULT, value=output)
-        return output
+        for key, value in result_xcoms(kickoff_id, result).items():
+            ti.xcom_push(key=key, value=value)
 
 
 def _read_once(poller: Poller, hook: CrewHook) -> WaitResult | float:

@@ -53,7 +53,7 @@ LOAD_SETTINGS = {
 
 # Airflow's bound on a deferring task's process, lowered so that a deferral settles in seconds (16 s
 # instead of 40 s): the provider's hold before a trigger fires or an answer applies follows it
-# (airflow_provider_crew.waiting.task.deferral_settle_seconds).
+# (airflow_provider_crew.waiting.race.deferral_settle_seconds).
 FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
 
 

@@ -6,10 +6,9 @@ crew service's real webhooks, in tests/e2e/test_webhook_wake_e2e.py.
 
 from __future__ import annotations
 
-import base64
 import json
 from types import SimpleNamespace
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
@@ -63,19 +62,21 @@ def test_rotation_accepts_addresses_signed_with_a_key_still_listed():
     assert not token_matches((KEY,), "dag", RUN, old_address)  # once the old key is dropped
 
 
-def test_the_addresses_carry_the_token_only_where_no_log_reads_it(monkeypatch):
+def test_the_completion_address_carries_the_token_as_its_token_query_parameter(monkeypatch):
     receiver_env(monkeypatch)
     wake = CrewWebhookReceiverHook().addresses("crew/dag", RUN, CREW)
     token = run_token(KEY, "crew/dag", RUN)
 
     crew = urlsplit(wake.crew_webhook_url)
-    assert (crew.username, crew.password) == ("wake", token)  # sent as a Basic header, never logged
-    assert token not in crew.path and token not in crew.query
-    assert crew.hostname == "airflow.example.test"
+    assert crew.scheme == "https" and crew.netloc == "airflow.example.test"  # no userinfo
+    assert crew.username is None and crew.password is None and "@" not in wake.crew_webhook_url
+    assert parse_qs(crew.query, strict_parsing=True) == {"token": [token]} and crew.fragment == ""
+    assert token not in crew.path
     assert (
         crew.path == "/base/crew-webhooks/v1/crew/crew%2Fdag/manual__2026-11-24T02%3A09%3A28.215668%2B00%3A00"
     )
     assert unquote(crew.path.rsplit("/", 1)[1]) == RUN
+    assert wake.crew_webhook_url == f"https://airflow.example.test{crew.path}?token={token}"
 
     human = wake.human_input_webhook.to_wire()
     assert human["authentication"] == {"strategy": "bearer", "token": token}
@@ -86,16 +87,13 @@ def test_the_addresses_carry_the_token_only_where_no_log_reads_it(monkeypatch):
     assert token not in repr(wake) and KEY not in repr(CrewWebhookReceiverHook().config)
 
 
-def test_a_basic_header_from_the_userinfo_carries_the_token():
-    """What aiohttp, requests and httpx send for ``https://wake:<token>@host/...``."""
-    token = run_token(KEY, "dag", RUN)
-    header = "Basic " + base64.b64encode(f"wake:{token}".encode()).decode()
-    from airflow_provider_crew.plugins.webhook_app import presented_token
+def test_a_run_token_needs_no_quoting_in_a_query_string():
+    """URL-safe base64 without padding: the query value is the token as it is, for any client."""
+    from urllib.parse import quote
 
-    assert presented_token(header) == token
-    assert presented_token(f"Bearer {token}") == token
-    assert presented_token("Basic not-base64!") is None
-    assert presented_token("Digest x") is None and presented_token(None) is None
+    for run in (RUN, "x", "é/?&=#" * 10):
+        token = run_token(KEY, "dag", run)
+        assert quote(token, safe="") == token and len(token) == 43
 
 
 @pytest.mark.parametrize(

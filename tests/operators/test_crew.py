@@ -61,7 +61,10 @@ def kickoff(**kwargs) -> CrewKickoffOperator:
         ({"poll_interval": -1}, "poll_interval must be greater than 0"),
         ({"max_poll_interval": "fast"}, "max_poll_interval must be a number of seconds"),
         ({"timeout": timedelta(0)}, "timeout must be greater than 0"),
-        ({"on_human_input": "ignore"}, "on_human_input='ignore' is not known; use one of 'return', 'fail', 'wait'"),
+        (
+            {"on_human_input": "ignore"},
+            "on_human_input='ignore' is not known; use one of 'return', 'fail', 'wait'",
+        ),
     ],
 )
 def test_kickoff_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):

@@ -163,9 +163,7 @@ def _kickoff_operator(
     op = CrewKickoffOperator(
         task_id="k",
         inputs={"topic": "ops", "current_year": "2026"},
-        deferrable=False,
-        poll_interval=0.1,
-        **kwargs,
+        **{"deferrable": False, "poll_interval": 0.1, **kwargs},
     )
     monkeypatch.setattr(op, "_state_store", lambda context: store)
     return op
@@ -261,3 +259,69 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
     assert crew_service.request_count("kickoff") == 1
     assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
     assert store.values == {}
+
+
+# -- a wait the trigger may end (no worker at the task's end) ---------------------------------------
+
+
+def test_the_trigger_ends_the_task_only_where_nothing_needs_a_worker_at_its_end(monkeypatch):
+    from airflow.sdk import Asset
+
+    from airflow_provider_crew.review.result import CrewReviewResultOperator
+    from airflow_provider_crew.review.round import CrewReviewRoundOperator
+    from airflow_provider_crew.waiting import task as task_module
+
+    monkeypatch.setattr(task_module, "running_in_process_test", lambda: False)
+    monkeypatch.setattr(task_module, "task_success_listeners", lambda: False)
+    plain = CrewKickoffOperator(task_id="k", inputs={})
+    assert plain._trigger_success_outcomes() == ["succeeded", "paused"]
+    failing = CrewKickoffOperator(task_id="f", inputs={}, on_human_input="fail")
+    assert failing._trigger_success_outcomes() == ["succeeded"]  # the pause fails it, on a worker
+    called_back = CrewKickoffOperator(task_id="c", inputs={}, on_success_callback=lambda context: None)
+    assert called_back._trigger_success_outcomes() == []  # Airflow runs no success callback for it
+    with_outlets = CrewKickoffOperator(task_id="o", inputs={}, outlets=[Asset("s3://bucket/crew")])
+    assert with_outlets._trigger_success_outcomes() == []
+    review = {"kickoff_id": "k", "round_task_ids": ["round_1"]}
+    assert CrewReviewRoundOperator(task_id="r", round_number=1, **review)._trigger_success_outcomes() == []
+    assert CrewReviewResultOperator(task_id="result", **review)._trigger_success_outcomes() == ["succeeded"]
+    monkeypatch.setattr(task_module, "task_success_listeners", lambda: True)  # e.g. OpenLineage's
+    assert plain._trigger_success_outcomes() == []
+    monkeypatch.setattr(task_module, "task_success_listeners", lambda: False)
+    monkeypatch.setattr(task_module, "running_in_process_test", lambda: True)  # dag.test() keeps no XCom
+    assert plain._trigger_success_outcomes() == []
+
+
+SLOW_CREW = {
+    "name": "slow",
+    "inputs": ["topic", "current_year"],
+    "pending_seconds": 0.01,
+    "step_seconds": 10,
+    "tasks": [{"name": "long_task", "agent": "Worker", "steps": 1}],
+}
+
+
+@pytest.mark.crew_service(SLOW_CREW)
+def test_a_kickoff_the_trigger_may_end_drops_its_record_and_a_resume_records_it_again(
+    crew_service, crew_connection, monkeypatch
+):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_provider_crew.waiting import task as task_module
+
+    monkeypatch.setattr(task_module, "running_in_process_test", lambda: False)
+    monkeypatch.setattr(task_module, "task_success_listeners", lambda: False)
+    store = FakeStateStore()
+    op = _kickoff_operator(store, monkeypatch, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": FakeTI()})
+    [kickoff_id] = crew_service.executions
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert (kwargs["ends_task_when_finished"], kwargs["ends_task_when_paused"]) == (True, True)
+    # Were the trigger to end the task, nothing would drop the record and a cleared task would
+    # reattach to a finished execution instead of starting anew: dropped before deferring.
+    assert CrewKickoffOperator.STATE_KEY not in store.values
+
+    timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
+    with pytest.raises(Exception, match="Timed out"):
+        op.execute_complete({"ti": FakeTI()}, timeout)
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id  # back on a worker: a retry reattaches

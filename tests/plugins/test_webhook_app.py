@@ -8,7 +8,6 @@ a real api-server and database, is tests/e2e/test_webhook_wake_e2e.py.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import time
 from typing import Any
@@ -69,15 +68,21 @@ def client(receiver, database):
         yield client
 
 
-def post(client, body: Any, *, token: str | None, kind: str = "crew", run_id: str = RUN, basic: bool = True):
-    headers = {"Content-Type": "application/json"}
+def post(
+    client, body: Any, *, token: str | None, kind: str = "crew", run_id: str = RUN, bearer: bool = False
+):
+    """POST as the crew service does: the token in the address's ``token`` query parameter (the
+    completion webhook), or as a bearer token (the human-input webhook)."""
+    headers: dict[str, Any] = {"Content-Type": "application/json"}
+    params = {}
     if token is not None:
-        headers["Authorization"] = (
-            "Basic " + base64.b64encode(f"wake:{token}".encode()).decode() if basic else f"Bearer {token}"
-        )
+        if bearer:
+            headers["Authorization"] = f"Bearer {token}".encode()  # bytes: a UTF-8 one too
+        else:
+            params["token"] = token
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     path = wake_path(kind, DAG, run_id).removeprefix("/crew-webhooks")
-    return client.post(path, content=data, headers=headers)
+    return client.post(path, content=data, headers=headers, params=params)
 
 
 def wait_of(kickoff_id: str, *, not_before: float, wait_for: str = "completion") -> Wait:
@@ -107,22 +112,33 @@ def test_health_without_the_receiver_connection_says_why(monkeypatch, database):
     assert answer["wake"] is False and "'crew_webhook_receiver' is not defined" in answer["reason"]
 
 
+@pytest.mark.parametrize("bearer", [False, True], ids=["query", "bearer"])
 @pytest.mark.parametrize(
     "token",
     [
         None,
         "",
         "x" * 43,
+        "é" * 43,
+        "x" * 10_000,
         run_token(KEY, DAG, "another-run"),
         run_token(KEY, "another-dag", RUN),
         run_token("z" * 30, DAG, RUN),
     ],
 )
-def test_a_wrong_token_gets_404_and_touches_nothing(client, database, token):
+def test_a_wrong_token_gets_404_and_touches_nothing(client, database, token, bearer):
     calls, _ = database
-    response = post(client, {"kickoff_id": "k-1"}, token=token)
+    response = post(client, {"kickoff_id": "k-1"}, token=token, bearer=bearer)
     assert response.status_code == 404 and response.json() == {"detail": "Not Found"}
     assert calls == {"find": [], "apply": []}
+
+
+def test_the_token_in_a_basic_header_is_not_accepted(client, database):
+    """The userinfo form (``https://wake:<token>@host/...``, sent as Basic) is gone."""
+    basic = "Basic " + base64.b64encode(f"wake:{run_token(KEY, DAG, RUN)}".encode()).decode()
+    path = wake_path("crew", DAG, RUN).removeprefix("/crew-webhooks")
+    response = client.post(path, content=b'{"kickoff_id": "k-1"}', headers={"Authorization": basic})
+    assert response.status_code == 404 and database[0] == {"find": [], "apply": []}
 
 
 def test_an_unknown_kind_gets_404(client, database):
@@ -130,11 +146,23 @@ def test_an_unknown_kind_gets_404(client, database):
     assert database[0]["find"] == []
 
 
-def test_the_runs_token_as_basic_password_or_bearer_is_accepted(client, database):
+def test_the_runs_token_as_query_parameter_or_bearer_is_accepted(client, database):
     token = run_token(KEY, DAG, RUN)
     assert post(client, {"kickoff_id": "k-1"}, token=token).status_code == 202
-    assert post(client, {"execution_id": "k-2"}, token=token, kind="human", basic=False).status_code == 202
+    assert post(client, {"execution_id": "k-2"}, token=token, kind="human", bearer=True).status_code == 202
     assert database[0]["find"] == [(DAG, RUN, "k-1", "crew"), (DAG, RUN, "k-2", "human")]
+
+
+def test_the_address_the_hook_builds_is_accepted(client, database):
+    from urllib.parse import urlsplit
+
+    from airflow_provider_crew.connection import CrewConnectionConfig
+
+    crew = CrewConnectionConfig(base_url="https://crew.example.test", token="t", safety_poll_interval=300)
+    address = urlsplit(CrewWebhookReceiverHook().addresses(DAG, RUN, crew).crew_webhook_url)
+    path = address.path.removeprefix("/crew-webhooks")
+    response = client.post(f"{path}?{address.query}", content=b'{"kickoff_id": "k-1"}')
+    assert response.status_code == 202 and database[0]["find"] == [(DAG, RUN, "k-1", "crew")]
 
 
 def test_a_key_being_rotated_out_still_opens_its_runs(client, receiver, database):
@@ -174,9 +202,9 @@ def test_the_execution_is_read_from_kickoff_id_or_execution_id():
 # -- when and how often it wakes ----------------------------------------------------------------------
 
 
-def test_a_wake_is_held_until_the_triggers_own_hold_and_applied_once(client, database):
+def test_a_wake_past_the_race_bound_is_applied_at_once_and_once(client, database):
     calls, waits = database
-    not_before = time.time() + 0.6
+    not_before = time.time() - 0.1
     waits.append(wait_of("k-1", not_before=not_before))
     token = run_token(KEY, DAG, RUN)
     answers = [post(client, {"kickoff_id": "k-1"}, token=token) for _ in range(5)]  # sent again and again
@@ -185,9 +213,31 @@ def test_a_wake_is_held_until_the_triggers_own_hold_and_applied_once(client, dat
     wait_until(lambda: calls["apply"], timeout=10)
     assert len(calls["apply"]) == 1
     applied_at, wait, payload = calls["apply"][0]
-    assert applied_at >= not_before
+    assert applied_at - time.time() < 5  # at once, not held
     assert payload["outcome"] == "woken" and payload["kickoff_id"] == "k-1"
     assert payload["wait"] == wait.kwargs and payload["message"] == "Woken by the crew's completion webhook."
+
+
+def test_a_wake_before_the_race_bound_is_neither_held_nor_applied(client, database, monkeypatch, caplog):
+    """Until ``not_before`` the trigger polls at most 5 s apart and ends the task itself: an early wake
+    is dropped, said at debug, and not counted."""
+    import logging
+
+    calls, waits = database
+    waits.append(wait_of("k-1", not_before=time.time() + 0.5))
+    caplog.set_level(logging.DEBUG, logger="airflow_provider_crew")
+    answer = post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN))
+    assert (answer.status_code, answer.json()) == (202, {"accepted": True, "waking": 0})
+    assert len(calls["find"]) == 1
+    time.sleep(1.0)  # past the bound: nothing was kept to be applied then
+    assert calls["apply"] == []
+    said = [r for r in caplog.records if r.name == webhook_app.__name__ and r.levelno == logging.DEBUG]
+    assert any("the trigger's own polls end the wait" in r.getMessage() for r in said), said
+    # The same wait, woken again once the bound has passed (and the shared lookup expired): applied.
+    monkeypatch.setattr(webhook_app, "LOOKUP_DEDUP_SECONDS", 0.0)
+    again = post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN))
+    assert again.json()["waking"] == 1
+    wait_until(lambda: calls["apply"], timeout=10)
 
 
 def test_a_lookup_made_again_later_does_not_wake_a_deferral_twice(client, database, monkeypatch):
@@ -200,36 +250,6 @@ def test_a_lookup_made_again_later_does_not_wake_a_deferral_twice(client, databa
     again = post(client, {"kickoff_id": "k-1"}, token=token)
     assert len(calls["find"]) == 2  # looked up again...
     assert again.json()["waking"] == 0 and len(calls["apply"]) == 1  # ...the same deferral: woken already
-
-
-def test_a_held_wake_waits_for_a_scheduler_loop_begun_after_the_hold(client, database, monkeypatch):
-    """A stalled scheduler reads the deferring process's exit late: the wake waits for two of its
-    heartbeats written after the hold (the second from a loop begun after it)."""
-    calls, waits = database
-    monkeypatch.setattr(webhook_app, "SCHEDULER_READ_INTERVAL", 0.05)
-    not_before = time.time()
-    beats = iter([not_before - 5, not_before - 5, not_before + 1, not_before + 1, not_before + 2])
-    read: list[int] = []
-
-    def scheduler_heartbeat(job_id: int) -> float | None:
-        read.append(job_id)
-        return next(beats, not_before + 3)
-
-    monkeypatch.setattr(webhook_app, "scheduler_heartbeat", scheduler_heartbeat)
-    waits.append(dataclasses.replace(wait_of("k-1", not_before=not_before), scheduler_job_id=3))
-    assert post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN)).json()["waking"] == 1
-    wait_until(lambda: calls["apply"], timeout=10)
-    assert read == [3] * 5  # stalled twice, a first loop, the same heartbeat, then a later loop
-
-
-def test_a_held_wake_of_a_scheduler_that_is_gone_is_applied_at_once(client, database, monkeypatch):
-    calls, waits = database
-    read: list[int] = []
-    monkeypatch.setattr(webhook_app, "scheduler_heartbeat", lambda job_id: read.append(job_id))
-    waits.append(dataclasses.replace(wait_of("k-1", not_before=0), scheduler_job_id=3))
-    assert post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN)).json()["waking"] == 1
-    wait_until(lambda: calls["apply"], timeout=10)
-    assert read == [3]  # not running any more: its executor's events went with it
 
 
 # -- the worker's check, over real HTTP ----------------------------------------------------------------
@@ -306,8 +326,8 @@ def test_answers_stay_whole_behind_the_api_servers_middleware(receiver, database
     with TestClient(api_server) as client:
         path = wake_path("crew", DAG, RUN)
         for token in ("x" * 43, None, "y" * 43, run_token(KEY, DAG, RUN), run_token(KEY, DAG, RUN)):
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            answer = client.post(path, content=b'{"kickoff_id": "k-9"}', headers=headers)
+            params = {"token": token} if token else {}
+            answer = client.post(path, content=b'{"kickoff_id": "k-9"}', params=params)
             assert answer.json() in ({"detail": "Not Found"}, {"accepted": True, "waking": 0})
 
 

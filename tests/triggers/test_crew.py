@@ -240,6 +240,112 @@ async def test_run_fires_failed_with_the_error(crew_service, connect):
     assert crew_service.executions[kickoff_id]["state"] == "FAILED"
 
 
+async def events_of(trigger: CrewStatusTrigger, timeout: float = 15.0) -> list:
+    """Every event ``run()`` yields (bounded), unparsed."""
+
+    async def drain() -> list:
+        return [event async for event in trigger.run()]
+
+    try:
+        return await asyncio.wait_for(drain(), timeout)
+    finally:
+        await close_shared_sessions()
+
+
+@pytest.mark.integration
+async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_xcoms(crew_service, connect):
+    from airflow.triggers.base import TaskSuccessEvent
+
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+    trigger = make_trigger(kickoff_id)
+    trigger.ends_task_when_finished = trigger.ends_task_when_paused = True
+    trigger.not_before = time.time() + 60  # the race bound: a worker resume would wait for it
+    started = time.monotonic()
+
+    (event,) = await events_of(trigger)
+
+    assert time.monotonic() - started < 10  # not held: no worker resumes, so there is no race
+    assert isinstance(event, TaskSuccessEvent)
+    execution = crew_service.executions[kickoff_id]
+    assert event.xcoms["return_value"] == kickoff_id
+    assert event.xcoms["result"] == execution["result"]
+    assert event.xcoms["status"]["state"] == "SUCCESS"
+    assert set(event.xcoms) <= {"return_value", "result", "status", "usage"}
+    json.dumps(event.xcoms)  # Airflow stores them as JSON
+
+
+@pytest.mark.integration
+async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_success(crew_service, connect):
+    from airflow.triggers.base import TaskSuccessEvent
+
+    connect("crew_review", crew="review")
+    hook = CrewHook("crew_review")
+    returning = make_trigger(
+        hook.kickoff({"topic": "tides"}, human_input_webhook=human_webhook(crew_service)),
+        conn_id="crew_review",
+        wait_for="human_input",
+    )
+    returning.ends_task_when_finished = returning.ends_task_when_paused = True
+    (ended,) = await events_of(returning)
+    assert isinstance(ended, TaskSuccessEvent)
+    assert ended.xcoms["human_input"]["execution_id"] == returning.kickoff_id
+    assert "result" not in ended.xcoms
+
+    failing = make_trigger(
+        hook.kickoff({"topic": "tides"}, human_input_webhook=human_webhook(crew_service)),
+        conn_id="crew_review",
+        wait_for="human_input",
+    )
+    failing.ends_task_when_finished = True  # on_human_input="fail": the worker fails the task at a pause
+    failing.not_before = time.time() + 1.5
+    (resumed,) = await events_of(failing)
+    assert not isinstance(resumed, TaskSuccessEvent)
+    assert CrewWaitEvent.parse(resumed.payload).outcome is Outcome.PAUSED
+    assert time.time() >= failing.not_before  # a worker resume waits out the race bound
+
+
+@pytest.mark.integration
+@pytest.mark.crew_service(FAILING_CREW)
+async def test_a_failure_always_resumes_the_worker_after_the_race_bound(crew_service, connect):
+    connect()
+    trigger = make_trigger(CrewHook().kickoff({"topic": "anything"}))
+    trigger.ends_task_when_finished = trigger.ends_task_when_paused = True
+    trigger.not_before = time.time() + 1.5
+
+    (event,) = await events_of(trigger)
+
+    assert CrewWaitEvent.parse(event.payload).outcome is Outcome.FAILED  # retries, callbacks: a worker
+    assert time.time() >= trigger.not_before
+
+
+@pytest.mark.integration
+async def test_with_the_wake_on_the_trigger_polls_often_until_the_race_bound(
+    crew_service, connect, poll_ends
+):
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED")  # only the deadline ends a wait for completion
+    monkey = trigger_module.RACE_WINDOW_POLL_INTERVAL
+    trigger_module.RACE_WINDOW_POLL_INTERVAL = 0.3
+    try:
+        trigger = make_trigger(kickoff_id, conn_id="crew_review", deadline_in=3.0, poll_interval=0.1)
+        trigger.safety_poll_interval = 300.0
+        trigger.not_before = time.time() + 1.5
+        started = time.time()
+        event = await run_trigger(trigger)
+    finally:
+        trigger_module.RACE_WINDOW_POLL_INTERVAL = monkey
+
+    assert event.outcome is Outcome.TIMEOUT
+    offsets = [end - started for end in poll_ends]
+    in_window = [offset for offset in offsets if offset < 1.5]
+    assert len(in_window) >= 4, offsets  # every 0.3 s at most until the bound: no wake comes before it
+    assert not [offset for offset in offsets if 1.9 < offset < 2.9], offsets  # then the safety interval
+
+
 @pytest.mark.integration
 async def test_run_fires_not_found_after_the_grace_period(crew_service, connect, poll_ends):
     connect()

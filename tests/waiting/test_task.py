@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from airflow.providers.common.compat.sdk import TaskDeferred
@@ -120,7 +120,7 @@ def test_the_kickoff_sends_this_runs_addresses_and_keeps_them_out_of_xcom(
     token = run_token(RECEIVER_KEY, "wake_dag", RUN_ID)
     execution = crew_service.executions[kickoff_id]
     crew_url = urlsplit(execution["webhooks"]["crew"])
-    assert (crew_url.username, crew_url.password) == ("wake", token)
+    assert parse_qs(crew_url.query) == {"token": [token]} and crew_url.username is None
     assert crew_url.path.startswith("/crew-webhooks/v1/crew/wake_dag/")
     assert execution["webhooks"]["task"] == "https://hooks.example.test/task"
     assert execution["human_input_webhook"]["strategy"] == "bearer"
@@ -165,7 +165,7 @@ def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_
     ).execute({"ti": ti})
 
     after = crew_service.executions[kickoff_id]["webhooks"]["crew"]
-    assert urlsplit(after).password == run_token(RECEIVER_KEY, "wake_dag", RUN_ID)  # sent again at resume
+    assert parse_qs(urlsplit(after).query)["token"] == [run_token(RECEIVER_KEY, "wake_dag", RUN_ID)]  # again
 
 
 def test_wake_is_off_and_says_why_once_when_the_receiver_is_not_defined(
@@ -205,13 +205,16 @@ def test_a_crew_webhook_url_meets_wake_with_an_error_naming_both_and_starts_noth
 
 def test_the_settle_time_covers_airflows_bound_on_a_lingering_deferring_process(monkeypatch):
     """Overtime, the supervisor's check interval, SIGTERM-to-SIGKILL and two scheduler loops."""
-    from airflow_provider_crew.waiting import task
+    from airflow_provider_crew.waiting import race
 
-    monkeypatch.setattr(task, "running_in_process_test", lambda: False)
+    monkeypatch.setattr(race, "running_in_process_test", lambda: False)
     settings = {"task_success_overtime": 20.0, "min_heartbeat_interval": 5.0, "scheduler_heartbeat_sec": 5.0}
-    monkeypatch.setattr(task.conf, "getfloat", lambda section, key, fallback=None: settings[key])
-    assert task.deferral_settle_seconds() == 20 + 5 + 5 + 10
+    monkeypatch.setattr(race.conf, "getfloat", lambda section, key, fallback=None: settings[key])
+    assert race.deferral_settle_seconds() == 20 + 5 + 5 + 10
     settings.update(task_success_overtime=5.0, min_heartbeat_interval=1.0, scheduler_heartbeat_sec=1.0)
-    assert task.deferral_settle_seconds() == 5 + 1 + 5 + 5  # the margin never drops below 5 s
-    monkeypatch.setattr(task, "running_in_process_test", lambda: True)
-    assert task.deferral_settle_seconds() == 0.0  # dag.test() has no executor, so no race
+    assert race.deferral_settle_seconds() == 5 + 1 + 5 + 5  # the margin never drops below 5 s
+    monkeypatch.setattr(race, "AIRFLOW_DEFERRAL_RACE_FIXED", True)
+    assert race.deferral_settle_seconds() == 0.0  # an Airflow that fixed the race needs no bound
+    monkeypatch.setattr(race, "AIRFLOW_DEFERRAL_RACE_FIXED", False)
+    monkeypatch.setattr(race, "running_in_process_test", lambda: True)
+    assert race.deferral_settle_seconds() == 0.0  # dag.test() has no executor, so no race
