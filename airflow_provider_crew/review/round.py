@@ -38,8 +38,9 @@ from airflow_provider_crew.operators.base import (
 )
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import XCOM_STATUS, Outcome, WaitFor, WaitResult, shorten
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
 from airflow_provider_crew.waiting.task import seconds
+from airflow_provider_crew.waiting.xcom import XCOM_STATUS, shorten
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

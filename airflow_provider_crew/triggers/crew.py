@@ -24,9 +24,8 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitFor,
     WaitResult,
-    end_log_line,
-    result_xcoms,
 )
+from airflow_provider_crew.waiting.xcom import end_log_line, result_xcoms
 
 # The first poll comes this fraction of poll_interval to the whole of it after the trigger starts,
 # at random: waits started together (a triggerer restart, a mapped task) do not poll together.

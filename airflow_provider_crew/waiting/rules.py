@@ -41,15 +41,6 @@ DEFAULT_MAX_POLL_INTERVAL = 15.0
 DEFAULT_NOT_FOUND_GRACE = 60.0
 
 
-# What the end of a wait pushes to XCom, by key (the worker pushes them; a trigger that ends the task
-# itself sends them with its event).
-XCOM_RESULT = "result"
-XCOM_STATUS = "status"
-XCOM_HUMAN_INPUT = "human_input"
-XCOM_USAGE = "usage"
-OUTPUT_LOG_LIMIT = 2000
-
-
 class WaitFor(str, enum.Enum):
     """What a wait ends on (besides failure, which always ends it)."""
 
@@ -159,54 +150,6 @@ class FollowedExecution:
     result: WaitResult | None = None
     url: str | None = None
     url_known: bool = False
-
-
-def shorten(value: Any, limit: int = OUTPUT_LOG_LIMIT, *, rest: str = "more characters") -> str:
-    """``value`` as text for a log line, cut after ``limit`` characters with a note of how many more."""
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} {rest})"
-
-
-def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
-    """What a reviewer needs to resume: the XCom value handed downstream on a pause."""
-    return {
-        "execution_id": kickoff_id,
-        "task_id": status.paused_task_id,
-        "task_output": status.paused_task_output,
-    }
-
-
-def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
-    """What a wait that ended finished or paused pushes to XCom, by key, and the log line that says so.
-
-    ``status`` (the last record), then ``human_input`` at a pause, or ``usage`` (when the service
-    reported it) and ``result`` (the final output) at the end. The worker pushes them one by one; a
-    trigger that ends the task itself sends them with its event: the same keys and values either way.
-    """
-    status = result.last_status
-    xcoms: dict[str, Any] = {}
-    if status is not None:
-        xcoms[XCOM_STATUS] = status.raw
-    if result.outcome is Outcome.PAUSED and status is not None:
-        xcoms[XCOM_HUMAN_INPUT] = paused_task(status, kickoff_id)
-        return xcoms
-    if status is not None and status.usage is not None:
-        # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
-        xcoms[XCOM_USAGE] = status.usage
-    xcoms[XCOM_RESULT] = status.output if status is not None else None
-    return xcoms
-
-
-def end_log_line(kickoff_id: str, result: WaitResult) -> str:
-    """The task log's line for a wait that ended finished or paused, with the output under review."""
-    status = result.last_status
-    if result.outcome is Outcome.PAUSED and status is not None:
-        return (
-            f"Crew execution {kickoff_id} is waiting for human input on task {status.paused_task_id!r}. "
-            f"Its output:\n{shorten(status.paused_task_output, rest='more characters in XCom')}"
-        )
-    output = shorten(status.output if status is not None else None, rest="more characters in XCom")
-    return f"Crew execution {kickoff_id} succeeded. Output:\n{output}"
 
 
 def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:

@@ -40,10 +40,9 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitFor,
     WaitResult,
-    end_log_line,
-    result_xcoms,
     wait_blocking,
 )
+from airflow_provider_crew.waiting.xcom import end_log_line, result_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
