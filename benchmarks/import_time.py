@@ -194,6 +194,8 @@ def compare(before: Path, after: Path, *, runs: int, top: int) -> None:
     ratio = statistics.median(inside["after"]) / statistics.median(inside["before"])
     print(f"  ratio after / before: {ratio:.2f}")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
+    if top <= 0:
+        return
     for name, tree in trees.items():
         print(f"\n{name}: self time of what the provider adds (one -X importtime run, {top} costliest):")
         for module, self_us, cumulative_us in import_profile(tree)[:top]:

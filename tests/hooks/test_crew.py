@@ -6,6 +6,8 @@ The same paths run over real HTTP against the local crew service in tests/integr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -64,6 +66,19 @@ def reset_after_send() -> requests.exceptions.ConnectionError:
     return requests.exceptions.ConnectionError(
         urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
     )
+
+
+def test_a_dag_file_importing_the_crew_tasks_loads_no_client_models_or_connection_validation():
+    """They load where a request is made (benchmarks/import_time.py measures what the tasks cost)."""
+    code = (
+        "import sys, airflow_provider_crew.operators.crew, airflow_provider_crew.sensors.crew; "
+        "print(sorted(m for m in sys.modules if m.startswith('airflow_provider_crew.hooks.client') "
+        "or m in ('airflow_provider_crew.models', 'airflow_provider_crew.connection')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 # -- requests as sent ---------------------------------------------------------------------------
