@@ -41,14 +41,11 @@ DEFAULT_MAX_POLL_INTERVAL = 15.0
 DEFAULT_NOT_FOUND_GRACE = 60.0
 
 
-class WaitFor(str, enum.Enum):
-    """What a wait ends on (besides failure, which always ends it)."""
-
-    COMPLETION = "completion"  # SUCCESS or FAILED; a pause for human input keeps waiting
-    HUMAN_INPUT = "human_input"  # the next pause for human input, or the end if none comes
+class _ParameterChoice(str, enum.Enum):
+    """A parameter's choice of values: parsing it names the parameter and the allowed values."""
 
     @classmethod
-    def parse(cls, value: Any, parameter: str = "wait_for") -> WaitFor:
+    def parse(cls, value: Any, parameter: str) -> Any:
         try:
             return cls(value.value if isinstance(value, enum.Enum) else value)
         except ValueError:
@@ -58,7 +55,18 @@ class WaitFor(str, enum.Enum):
             ) from None
 
 
-class OnHumanInput(str, enum.Enum):
+class WaitFor(_ParameterChoice):
+    """What a wait ends on (besides failure, which always ends it)."""
+
+    COMPLETION = "completion"  # SUCCESS or FAILED; a pause for human input keeps waiting
+    HUMAN_INPUT = "human_input"  # the next pause for human input, or the end if none comes
+
+    @classmethod
+    def parse(cls, value: Any, parameter: str = "wait_for") -> WaitFor:
+        return super().parse(value, parameter)  # type: ignore[no-any-return]
+
+
+class OnHumanInput(_ParameterChoice):
     """What a task's wait does when the execution pauses for human input (``on_human_input``)."""
 
     RETURN = "return"  # end the task successfully; the paused task goes to XCom ``human_input``
@@ -67,13 +75,7 @@ class OnHumanInput(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: Any, parameter: str = "on_human_input") -> OnHumanInput:
-        try:
-            return cls(value.value if isinstance(value, enum.Enum) else value)
-        except ValueError:
-            allowed = ", ".join(repr(member.value) for member in cls)
-            raise CrewConfigurationError(
-                f"{parameter}={value!r} is not known; use one of {allowed}."
-            ) from None
+        return super().parse(value, parameter)  # type: ignore[no-any-return]
 
     @property
     def wait_for(self) -> WaitFor:

@@ -114,17 +114,22 @@ def test_poke_is_false_while_running_then_returns_the_kickoff_id_with_the_result
     assert "sensors" in ti.xcom["result"]
 
 
-def test_a_pause_ends_the_wait_and_pushes_the_paused_task_by_default(
-    crew_service, crew_webhooks, crew_connection, monkeypatch
-):
+def kickoff_a_pausing_crew(crew_service, crew_webhooks, monkeypatch) -> str:
+    """An execution of the review crew, which pauses for human input (its kickoff names a webhook)."""
     monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
-    kickoff_id = CrewHook().kickoff(
+    return CrewHook().kickoff(
         {"topic": "sensors", "audience": "ops"},
         human_input_webhook={
             "url": crew_webhooks.url_for("human"),
             "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"},
         },
     )
+
+
+def test_a_pause_ends_the_wait_and_pushes_the_paused_task_by_default(
+    crew_service, crew_webhooks, crew_connection, monkeypatch
+):
+    kickoff_id = kickoff_a_pausing_crew(crew_service, crew_webhooks, monkeypatch)
     sensor, ti = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, deferrable=False), FakeTI()
     done = poke_until_done(sensor, ti, crew_service, kickoff_id, "PAUSED")
     assert done.xcom_value == kickoff_id
@@ -140,14 +145,7 @@ def test_a_pause_under_on_human_input_fail_fails_without_retry(
 ):
     from airflow_provider_crew._compat import AirflowFailException
 
-    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
-    kickoff_id = CrewHook().kickoff(
-        {"topic": "sensors", "audience": "ops"},
-        human_input_webhook={
-            "url": crew_webhooks.url_for("human"),
-            "authentication": {"strategy": "bearer", "token": "t0k3n-for-hooks"},
-        },
-    )
+    kickoff_id = kickoff_a_pausing_crew(crew_service, crew_webhooks, monkeypatch)
     sensor = CrewStatusSensor(task_id="wait", kickoff_id=kickoff_id, on_human_input="fail", deferrable=False)
     crew_service.wait_for_state(kickoff_id, "PAUSED")
     with pytest.raises(AirflowFailException, match=f"{kickoff_id} paused for human input.*without retry"):

@@ -145,6 +145,16 @@ def human_webhook(crew_service) -> dict[str, object]:
 # -- serialize ------------------------------------------------------------------------------------
 
 
+def paused_review_execution(crew_service, connect) -> str:
+    """An execution of the review crew, paused: only the deadline ends a wait for its completion."""
+    connect("crew_review", crew="review")
+    kickoff_id = CrewHook("crew_review").kickoff(
+        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
+    )
+    crew_service.wait_for_state(kickoff_id, "PAUSED")
+    return kickoff_id
+
+
 def test_serialize_gives_json_primitives_and_no_token(monkeypatch):
     monkeypatch.setenv(
         "AIRFLOW_CONN_CREW_DEFAULT",
@@ -323,11 +333,7 @@ async def test_a_failure_always_resumes_the_worker_after_the_race_bound(crew_ser
 async def test_with_the_wake_on_the_trigger_polls_often_until_the_race_bound(
     crew_service, connect, poll_ends
 ):
-    connect("crew_review", crew="review")
-    kickoff_id = CrewHook("crew_review").kickoff(
-        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
-    )
-    crew_service.wait_for_state(kickoff_id, "PAUSED")  # only the deadline ends a wait for completion
+    kickoff_id = paused_review_execution(crew_service, connect)
     monkey = trigger_module.RACE_WINDOW_POLL_INTERVAL
     trigger_module.RACE_WINDOW_POLL_INTERVAL = 0.3
     try:
@@ -403,11 +409,7 @@ async def test_a_wait_woken_by_webhook_polls_once_soon_then_on_the_safety_interv
     crew_service, connect, poll_ends
 ):
     """With webhook wake the trigger only backs the webhooks up: one early look, then slow polls."""
-    connect("crew_review", crew="review")
-    kickoff_id = CrewHook("crew_review").kickoff(
-        {"topic": "tides"}, human_input_webhook=human_webhook(crew_service)
-    )
-    crew_service.wait_for_state(kickoff_id, "PAUSED")  # only the deadline ends a wait for completion
+    kickoff_id = paused_review_execution(crew_service, connect)
     trigger = make_trigger(kickoff_id, conn_id="crew_review", deadline_in=2.5, poll_interval=0.2)
     trigger.safety_poll_interval = 1.0
     started = time.time()

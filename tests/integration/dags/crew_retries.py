@@ -12,6 +12,18 @@ from airflow_provider_crew.operators.crew import CrewKickoffOperator
 DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
+
+def two_retries(dag_id: str) -> DAG:
+    """A DAG whose task may retry twice: what these DAGs check is that it does not."""
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
+    )
+
+
 with DAG("crew_retry_reattach", schedule=None, start_date=START, catchup=False, default_args=DEFAULTS):
     # The first try times out while the status endpoint is unavailable; the retry must find the
     # execution the first try started instead of starting a second one.
@@ -24,13 +36,7 @@ with DAG("crew_retry_reattach", schedule=None, start_date=START, catchup=False, 
         deferrable=False,
     )
 
-with DAG(
-    "crew_kickoff_outcome_unknown",
-    schedule=None,
-    start_date=START,
-    catchup=False,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
-):
+with two_retries("crew_kickoff_outcome_unknown"):
     # The service starts the execution but the connection drops before the answer: the task must
     # fail without using its retries, so no second execution is started.
     CrewKickoffOperator(
@@ -39,13 +45,7 @@ with DAG(
         deferrable=False,
     )
 
-with DAG(
-    "crew_pause_fails",
-    schedule=None,
-    start_date=START,
-    catchup=False,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
-):
+with two_retries("crew_pause_fails"):
     # The crew pauses for human input and the task says a pause fails it: it must fail once, without
     # using its retries, because each retry would start another paid execution that pauses again.
     CrewKickoffOperator(
@@ -53,7 +53,5 @@ with DAG(
         inputs={"topic": "pauses", "audience": "reviewers"},
         human_input_webhook_conn_id="human_hook",
         on_human_input="fail",
-        poll_interval=0.5,
-        max_poll_interval=0.5,
         deferrable=False,
     )
