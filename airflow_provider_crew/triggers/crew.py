@@ -126,10 +126,10 @@ class CrewStatusTrigger(BaseTrigger):
 
     Where nothing needs a worker at the task's end, the task says so (``ends_task_when_finished``,
     ``ends_task_when_paused``): such an end is the end of the task, sent as Airflow's
-    ``TaskSuccessEvent`` with the XComs the worker would have pushed (the kickoff id as return value,
-    ``result`` or ``human_input``, ``status``, ``usage``). No worker starts and Airflow's deferral race
-    cannot happen, so nothing is held back. Any other end resumes the task on a worker
-    (``execute_complete``), held until ``not_before``.
+    ``TaskSuccessEvent``, after pushing the XComs the worker would have pushed (the kickoff id as
+    return value, ``result`` or ``human_input``, ``status``, ``usage``; :func:`push_xcoms`). No
+    worker starts and Airflow's deferral race cannot happen, so nothing is held back. Any other end
+    resumes the task on a worker (``execute_complete``), held until ``not_before``.
 
     Every kwarg is a JSON primitive and none is a secret: the token is looked up from the
     connection, asynchronously, when the trigger runs. Deadlines are absolute (epoch seconds), so a
@@ -269,9 +269,10 @@ class CrewStatusTrigger(BaseTrigger):
         }
         if ends_task.get(result.outcome, False):
             log.info("%s", end_log_line(self.kickoff_id, result))
-            log.info("The triggerer ends the task: nothing needs a worker at its end.")
             xcoms = {"return_value": self.kickoff_id, **result_xcoms(self.kickoff_id, result)}
-            return TaskSuccessEvent(xcoms=xcoms)
+            await push_xcoms(self.task_instance, xcoms)
+            log.info("The triggerer ends the task: nothing needs a worker at its end.")
+            return TaskSuccessEvent()
         await hold_until(self.not_before)
         return TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, result).payload())
 
@@ -287,3 +288,29 @@ class CrewStatusTrigger(BaseTrigger):
             self.kickoff_id,
             result.outcome.value,
         )
+
+
+async def push_xcoms(task_instance: Any, xcoms: dict[str, Any]) -> None:
+    """Push ``xcoms`` for the task instance a trigger ends, the way its worker would: through the
+    configured XCom backend and the triggerer's execution API.
+
+    Not as the ``xcoms`` of Airflow's ``TaskSuccessEvent``: Airflow 3.0 to 3.3.2 store those
+    JSON-encoded twice, so a task pulling one gets the JSON text (``'"3f2c..."'``), not the value.
+    The triggerer serves a trigger's XCom writes from 3.0 on. The call blocks on the triggerer's
+    channel, so it runs in a thread, as the compat provider's connection lookup does.
+    """
+    from airflow.sdk.execution_time.xcom import XCom
+    from asgiref.sync import sync_to_async
+
+    def push() -> None:
+        for key, value in xcoms.items():
+            XCom.set(
+                key,
+                value,
+                dag_id=task_instance.dag_id,
+                task_id=task_instance.task_id,
+                run_id=task_instance.run_id,
+                map_index=task_instance.map_index,
+            )
+
+    await sync_to_async(push)()

@@ -250,6 +250,18 @@ async def test_run_fires_failed_with_the_error(crew_service, connect):
     assert crew_service.executions[kickoff_id]["state"] == "FAILED"
 
 
+@pytest.fixture
+def pushed(monkeypatch) -> list[dict]:
+    """What a trigger that ends its task pushed to XCom (the triggerer's XCom API, faked)."""
+    calls: list[dict] = []
+
+    async def push_xcoms(task_instance, xcoms):
+        calls.append(dict(xcoms))
+
+    monkeypatch.setattr(trigger_module, "push_xcoms", push_xcoms)
+    return calls
+
+
 async def events_of(trigger: CrewStatusTrigger, timeout: float = 15.0) -> list:
     """Every event ``run()`` yields (bounded), unparsed."""
 
@@ -263,7 +275,9 @@ async def events_of(trigger: CrewStatusTrigger, timeout: float = 15.0) -> list:
 
 
 @pytest.mark.integration
-async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_xcoms(crew_service, connect):
+async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_xcoms(
+    crew_service, connect, pushed
+):
     from airflow.triggers.base import TaskSuccessEvent
 
     connect()
@@ -277,16 +291,19 @@ async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_
 
     assert time.monotonic() - started < 10  # not held: no worker resumes, so there is no race
     assert isinstance(event, TaskSuccessEvent)
+    assert not event.xcoms  # Airflow 3.0-3.3 store an end event's XComs JSON-encoded twice
     execution = crew_service.executions[kickoff_id]
-    assert event.xcoms["return_value"] == kickoff_id
-    assert event.xcoms["result"] == execution["result"]
-    assert event.xcoms["status"]["state"] == "SUCCESS"
-    assert set(event.xcoms) <= {"return_value", "result", "status", "usage"}
-    json.dumps(event.xcoms)  # Airflow stores them as JSON
+    (xcoms,) = pushed  # pushed as the worker pushes them, before the event
+    assert xcoms["return_value"] == kickoff_id
+    assert xcoms["result"] == execution["result"]
+    assert xcoms["status"]["state"] == "SUCCESS"
+    assert set(xcoms) <= {"return_value", "result", "status", "usage"}
 
 
 @pytest.mark.integration
-async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_success(crew_service, connect):
+async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_success(
+    crew_service, connect, pushed
+):
     from airflow.triggers.base import TaskSuccessEvent
 
     connect("crew_review", crew="review")
@@ -299,8 +316,9 @@ async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_suc
     returning.ends_task_when_finished = returning.ends_task_when_paused = True
     (ended,) = await events_of(returning)
     assert isinstance(ended, TaskSuccessEvent)
-    assert ended.xcoms["human_input"]["execution_id"] == returning.kickoff_id
-    assert "result" not in ended.xcoms
+    (xcoms,) = pushed
+    assert xcoms["human_input"]["execution_id"] == returning.kickoff_id
+    assert "result" not in xcoms
 
     failing = make_trigger(
         hook.kickoff({"topic": "tides"}, human_input_webhook=human_webhook(crew_service)),
@@ -313,6 +331,7 @@ async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_suc
     assert not isinstance(resumed, TaskSuccessEvent)
     assert CrewWaitEvent.parse(resumed.payload).outcome is Outcome.PAUSED
     assert time.time() >= failing.not_before  # a worker resume waits out the race bound
+    assert len(pushed) == 1  # the worker pushes what a resumed wait found
 
 
 @pytest.mark.integration

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
@@ -64,6 +64,21 @@ with dag("wake_safety"):
     CrewKickoffOperator(
         task_id="kickoff", crew_conn_id="crew_safety", inputs={"topic": "tides"}, deferrable=True
     )
+
+with dag("wake_ended"):
+    # The crew ends within the race bound: its trigger ends the kickoff (no worker); what the kickoff
+    # pushed must reach a downstream task as the values, as when a worker pushes them.
+    ended = CrewKickoffOperator(
+        task_id="kickoff", crew_conn_id="crew_soak_10", inputs={"topic": "tides"}, deferrable=True
+    )
+
+    @task
+    def downstream(kickoff_id: str, result: str, status: dict) -> str:
+        assert isinstance(status, dict) and status["kickoff_id"] == kickoff_id, status
+        assert not kickoff_id.startswith('"') and not result.startswith('"'), (kickoff_id, result)
+        return f"{kickoff_id}: {result}"
+
+    downstream(ended.output, ended.output["result"], ended.output["status"])
 
 for crew in SOAK_CREWS:  # one DAG per crew length; the soak starts 10 runs of each
     with dag(f"wake_{crew}"):
