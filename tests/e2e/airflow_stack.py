@@ -43,8 +43,12 @@ AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
 # ("database is locked"): wait up to 30 s (airflow_path/sqlite_connect_args.py), and in WAL mode
 # (:meth:`AirflowStack.use_wal`) readers never block the one writer. Task processes then wait up to
 # 60 s for the api-server's answer instead of 5 s, as Airflow's docs advise under high load, instead
-# of failing their task after 5 tries.
+# of failing their task after 5 tries. A dag-processor stalled on the lock for a minute (seen in the
+# wake soak) must not kill its parse at 50 s and deactivate every DAG of the file as stale: it gets
+# five minutes for both.
 LOAD_SETTINGS = {
+    "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "300",
+    "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "300",
     "PYTHONPATH": os.pathsep.join(filter(None, [str(AIRFLOW_PATH), os.environ.get("PYTHONPATH")])),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "sqlite_connect_args.CONNECT_ARGS",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "sqlite_connect_args.CONNECT_ARGS",
