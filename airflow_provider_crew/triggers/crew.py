@@ -244,20 +244,21 @@ class CrewStatusTrigger(BaseTrigger):
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
         await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
-        first_look = True
+        safety_poll = False  # whether this poll came on the safety interval, past the race bound
         while True:
             try:
                 step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
             except CrewError as error:
                 step = poller.step(error)
             if isinstance(step, WaitResult):
-                if self.safety_poll_interval and not first_look and time.time() >= self.not_before:
+                if safety_poll:
                     self._say_no_wake_came(poller.log, step)
                 yield await self._event(step, poller.log)
                 return
-            first_look = False
-            if self.safety_poll_interval and time.time() < self.not_before:
+            in_race_window = time.time() < self.not_before
+            if self.safety_poll_interval and in_race_window:
                 step = min(step, RACE_WINDOW_POLL_INTERVAL)
+            safety_poll = bool(self.safety_poll_interval) and not in_race_window
             await asyncio.sleep(step)
 
     async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:

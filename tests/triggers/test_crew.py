@@ -475,6 +475,22 @@ async def test_a_polling_wait_or_a_first_look_says_nothing_about_wakes(crew_serv
     assert "no webhook woke" not in capsys.readouterr().out
 
 
+@pytest.mark.integration
+async def test_an_end_found_within_the_race_bound_says_nothing_about_wakes(
+    crew_service, connect, capsys, monkeypatch
+):
+    """A webhook before the bound is not applied, by design: the trigger's own polls find the end."""
+    connect("crew_default")
+    kickoff_id = CrewHook().kickoff({"topic": "tides", "current_year": "2026"})
+    monkeypatch.setattr(trigger_module, "RACE_WINDOW_POLL_INTERVAL", 0.2)
+    trigger = make_trigger(kickoff_id, poll_interval=0.05)
+    trigger.safety_poll_interval = 300.0
+    trigger.not_before = time.time() + 6  # the crew ends within the bound (the event is held to it)
+
+    assert (await run_trigger(trigger)).outcome is Outcome.SUCCEEDED
+    assert "no webhook woke" not in capsys.readouterr().out
+
+
 def test_a_trigger_is_rebuilt_from_stored_kwargs_of_another_release():
     kwargs = make_trigger("k-1").serialize()[1]
     rebuilt = CrewStatusTrigger.from_kwargs({**kwargs, "argument_of_a_newer_release": 1})
