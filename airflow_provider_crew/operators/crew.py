@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import BaseOperator, task_state_store
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
@@ -245,18 +245,17 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         """Resume after the trigger fired: validate its event and finish as the blocking path does."""
         store = self._state_store(context)
         if store is not None and isinstance(event, dict) and isinstance(event.get("kickoff_id"), str):
-            # Back on a worker (see _defer_wait): until this try ends, a retry must find the execution.
+            # Back on a worker (see _before_trigger_may_end_task): until this try ends, a retry must find
+            # the execution.
             self._remember_execution(store, event["kickoff_id"])
         kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
 
-    def _defer_wait(self, context: Context, hook: CrewHook, poller: Any) -> NoReturn:
-        if self._trigger_success_outcomes():
-            # The trigger may end this task without a worker, and then nothing would drop the record of
-            # the execution, so that clearing the task would reattach to it instead of starting anew.
-            # Drop it now; every resume on a worker (a failure, a wake) records it again first.
-            self._forget_execution(context)
-        super()._defer_wait(context, hook, poller)
+    def _before_trigger_may_end_task(self, context: Context) -> None:
+        # The trigger may end this task without a worker, and then nothing would drop the record of
+        # the execution, so that clearing the task would reattach to it instead of starting anew.
+        # Drop it now; every resume on a worker (a failure, a wake) records it again first.
+        self._forget_execution(context)
 
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         # Done with an execution that ended: a cleared task starts a new one. The record is dropped

@@ -298,7 +298,10 @@ async def push_xcoms(task_instance: Any, xcoms: dict[str, Any]) -> None:
     Not as the ``xcoms`` of Airflow's ``TaskSuccessEvent``: Airflow 3.0 to 3.3.2 store those
     JSON-encoded twice, so a task pulling one gets the JSON text (``'"3f2c..."'``), not the value.
     The triggerer serves a trigger's XCom writes from 3.0 on. The call blocks on the triggerer's
-    channel, so it runs in a thread, as the compat provider's connection lookup does.
+    channel, so it runs in a thread, as the compat provider's connection lookup does. Found here
+    (2026-11), no upstream issue yet (the path: ``_process_BaseTaskEndEvent`` → ``xcom_push`` →
+    ``XComModel.set(serialize=True)`` into a JSON column). Once the oldest supported Airflow stores
+    an end event's ``xcoms`` once, send them with the event and delete this function.
     """
     from airflow.sdk.execution_time.xcom import XCom
     from asgiref.sync import sync_to_async
