@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS
+from airflow_provider_crew.waiting.race import deferral_settle_seconds
 
 from ..e2e.airflow_stack import wait_for
 from .cluster import CeleryCluster, Services, ServicesUnavailable
@@ -201,6 +202,9 @@ def _run_scenario(cluster: CeleryCluster, service: Any, timings: dict[str, float
         what=f"{DEFERRABLE} deferrable tasks deferred to a triggerer and {BLOCKING} blocking tasks waiting on a worker",
     )
     timings["all waiting"] = time.monotonic() - started
+    # Every deferral happened before this moment: from the race bound after it (the cluster keeps
+    # Airflow's defaults for the settings it is made of), a crew's webhook wakes its wait.
+    wakes_apply_from = time.monotonic() + deferral_settle_seconds()
     first_kickoffs = {key: kickoff_id(key) for key in waiting}
     assert service.request_count("kickoff") == TASKS, service.counters["requests"]
     executions = service.executions
@@ -261,7 +265,15 @@ def _run_scenario(cluster: CeleryCluster, service: Any, timings: dict[str, float
     )
     assert {e["state"] for e in service.executions.values()} == {"RUNNING"}, "a crew ended before the release"
 
-    # 4. Release the crews and let everything finish.
+    # 4. Release the crews and let everything finish. A crew that ended within the race bound of its
+    #    wait's deferral would be seen by the trigger's own polls (and its webhook dropped): release
+    #    after the bound, so that what is proven is the wake, across the takeover too.
+    wait_for(
+        lambda: time.monotonic() >= wakes_apply_from,
+        timeout=max(0.0, wakes_apply_from - time.monotonic()) + 5,
+        interval=1,
+        what="the race bound after the deferrals",
+    )
     service.configure(speed=RELEASE_SPEED)
     released = time.monotonic()
 

@@ -418,13 +418,24 @@ def test_a_flood_of_webhooks_leaves_the_api_server_answering(wake):
 
 @pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="CI runs the soak on the newest Airflow and on 3.1")
 def test_race_soak_50_runs_whose_crews_end_0_to_40_s_after_the_deferral(wake):
-    """50 DAG runs, 10 for each crew length, started together: every task succeeds on its first try,
+    """50 DAG runs, 10 for each crew length, running together: every task succeeds on its first try,
     none in Airflow's race; each ended by its trigger (crews ending within the race bound) or woken."""
     airflow, _ = wake
     dag_ids = [f"wake_{crew}" for crew in SOAK_CREWS]
     for dag_id in dag_ids:
         airflow.wait_for_dag(dag_id)
-    runs = [(dag_id, airflow.trigger(dag_id)) for dag_id in dag_ids for _ in range(10)]
+    # Ten waves of one run per crew, each wave triggered once the scheduler has started the one before:
+    # 50 runs queued in one go make the scheduler write them in one transaction, which SQLite may refuse
+    # ("database is locked") on a busy machine, and the scheduler exits on that.
+    runs: list[tuple[str, str]] = []
+    for _ in range(10):
+        wave = [(dag_id, airflow.trigger(dag_id)) for dag_id in dag_ids]
+        runs += wave
+        wait_for(
+            lambda: all(airflow.dag_run_state(*run) != "queued" for run in wave),  # noqa: B023
+            timeout=120,
+            what="the scheduler to start a wave of soak runs",
+        )
     states = {run: finish(airflow, *run, timeout=600) for run in runs}
     woken = {ti for ti, _ in woken_lines(airflow)}
     tis = {run: _ti_ids(airflow, *run) for run in runs}
