@@ -13,7 +13,9 @@ itself; one that ends after it is woken by its webhook.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import secrets
 import shutil
@@ -90,9 +92,9 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         path = tmp / f"{spec['name']}.json"
         path.write_text(json.dumps(spec))
         crew_files.append(path)
-    with CrewServiceProcess(crew_files) as service:
-        # 50 runs at once in the soak: SQLite tuned for load, as in the fault suite.
-        airflow = AirflowStack(tmp / "home", dags, {**LOAD_SETTINGS, "AIRFLOW__CORE__PARALLELISM": "16"})
+    with contextlib.ExitStack() as stack:
+        service = stack.enter_context(CrewServiceProcess(crew_files))
+        airflow = AirflowStack(tmp / "home", dags, {**_database(stack), "AIRFLOW__CORE__PARALLELISM": "16"})
         airflow.patience = 120.0
         key = secrets.token_urlsafe(32)
         for spec in CREWS:
@@ -113,7 +115,8 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         airflow.key = key  # type: ignore[attr-defined]
         try:
             airflow.migrate()
-            airflow.use_wal()
+            if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in airflow.env:
+                airflow.use_wal()
             airflow.start()
             health = requests.get(f"{airflow.base_url}/crew-webhooks/v1/health", timeout=10).json()
             assert health["wake"] is True, health
@@ -133,6 +136,27 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
             raise
         finally:
             airflow.stop()
+
+
+def _database(stack: contextlib.ExitStack) -> dict[str, str]:
+    """Airflow's metadata database for the stack: SQLite tuned for load (50 runs at once in the soak),
+    or, with ``CREW_E2E_POSTGRES=1``, PostgreSQL (``scripts/distributed-services.sh``, as in the
+    distributed test; needs ``psycopg2`` and ``asyncpg``).
+
+    CI sets it where other Airflow stacks run beside the soak: on a busy machine SQLite's single writer
+    can stall the api-server long enough that the scheduler's write gives up and the scheduler exits
+    ("database is locked"), which says nothing about the provider.
+    """
+    if os.environ.get("CREW_E2E_POSTGRES") != "1":
+        return dict(LOAD_SETTINGS)
+    from ..distributed.cluster import Services
+
+    services = Services().start()  # fails the fixture, saying why, when PostgreSQL cannot start
+    stack.callback(services.stop)
+    settings = {
+        name: value for name, value in LOAD_SETTINGS.items() if "SQL_ALCHEMY_CONNECT_ARGS" not in name
+    }
+    return {**settings, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": services.database_url}
 
 
 # -- helpers ---------------------------------------------------------------------------------------
