@@ -286,12 +286,16 @@ def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(
     (ti,) = [ti for ti in tis if ti["task_id"] == "kickoff"]
     ended = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00")).timestamp()
     late = ended - execution["finished_at"]
+    # A figure, not a pass/fail (the latency is benchmarks/wait_latency.py's): on a loaded machine the
+    # trigger's XCom writes through a busy api-server take seconds each.
     print(f"ended by its trigger: {late:.1f} s after the crew (the race bound is 35 s here)")
     assert ti["try_number"] == 1
-    assert late < 15, late  # a hold would add up to the race bound
     log = task_log(airflow, "wake_ended", run_id, "kickoff")
     assert "The triggerer ends the task" in log, log
     assert "Woken by" not in log
+    # No worker ran the task after its deferral (a resumed task's worker parses the DAG file again),
+    # so nothing held the end until the race bound.
+    assert log.count("Filling up the DagBag from") == 1, log
     assert airflow.xcom("wake_ended", run_id, "downstream") == f"{kickoff_id}: {execution['result']}"
     assert_no_race(airflow, "wake_ended", run_id)
 
