@@ -317,4 +317,8 @@ async def push_xcoms(task_instance: Any, xcoms: dict[str, Any]) -> None:
                 map_index=task_instance.map_index,
             )
 
-    await sync_to_async(push)()
+    # Shielded from the trigger's cancellation (a webhook's wake, or a user, ending the deferral while
+    # it pushes): asgiref cancels the thread's in-flight request with it, after the request was written
+    # and before its answer was read, and Airflow 3.1's trigger runner then reads that answer as its
+    # own next one and exits ("Response read out of order"). Shielded, the push reads its answer.
+    await asyncio.shield(sync_to_async(push)())

@@ -740,3 +740,34 @@ async def test_a_failed_lookup_is_not_kept(monkeypatch, lookups):
     _conn_env(monkeypatch, "crew_late", "https://crew.example", "token")
     assert (await hook_module.shared_connection("crew_late")).config.token == "token"
     assert lookups == ["crew_late", "crew_late"]  # one for the five waiting together, one after
+
+
+async def test_a_trigger_cancelled_while_it_pushes_xcoms_lets_the_push_finish(monkeypatch):
+    """A wake (or a user) can end the deferral while the trigger pushes its task's XComs. The push's
+    request must still read its answer: cancelled half-way, Airflow 3.1's trigger runner would read
+    that answer as its own next one and exit. (Each ``XCom.set`` in the triggerer runs its request on
+    the event loop with asgiref's ``async_to_sync``, as faked here.)"""
+    import airflow.sdk.execution_time.xcom as xcom_module
+    from asgiref.sync import async_to_sync
+
+    started, answered = asyncio.Event(), []
+
+    async def request(key):
+        started.set()
+        await asyncio.sleep(0.5)  # the request is written; its answer is on the way
+        answered.append(key)
+
+    def set_xcom(key, value, **where):
+        async_to_sync(request)(key)
+
+    monkeypatch.setattr(xcom_module.XCom, "set", staticmethod(set_xcom))
+    ti = type("TI", (), {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1})()
+    push = asyncio.ensure_future(trigger_module.push_xcoms(ti, {"return_value": "k", "result": "done"}))
+    await asyncio.wait_for(started.wait(), 10)
+    push.cancel()  # as the triggerer cancels a trigger whose task no longer waits
+    with pytest.raises(asyncio.CancelledError):
+        await push
+    deadline = time.monotonic() + 10
+    while len(answered) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert answered == ["return_value", "result"]
