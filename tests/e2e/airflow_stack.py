@@ -40,7 +40,7 @@ AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
 
 # What Airflow on SQLite and 2 CPUs needs under load (the fault suite's hundred task processes, the
 # wake soak's 50 runs). A component whose write waits longer than sqlite3's 5 s for the lock exits
-# ("database is locked"): wait up to 60 s (airflow_path/sqlite_connect_args.py), and in WAL mode
+# ("database is locked"): wait up to 30 s (airflow_path/sqlite_connect_args.py), and in WAL mode
 # (:meth:`AirflowStack.use_wal`) readers never block the one writer. Task processes then wait up to
 # 60 s for the api-server's answer instead of 5 s, as Airflow's docs advise under high load, instead
 # of failing their task after 5 tries. A dag-processor stalled on the lock for a minute (seen in the
