@@ -41,7 +41,7 @@ AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
 # What Airflow on SQLite and 2 CPUs needs under load (the fault suite's hundred task processes, the
 # wake soak's 50 runs). A component whose write waits longer than sqlite3's 5 s for the lock exits
 # ("database is locked"): wait up to 30 s (airflow_path/sqlite_connect_args.py), and in WAL mode
-# (:meth:`AirflowStack.use_wal`) readers never block the one writer. Task processes then wait up to
+# (:meth:`AirflowStack.migrate` switches a stack with these settings to it) readers never block the one writer. Task processes then wait up to
 # 60 s for the api-server's answer instead of 5 s, as Airflow's docs advise under high load, instead
 # of failing their task after 5 tries. A dag-processor stalled on the lock for a minute (seen in the
 # wake soak) must not kill its parse at 50 s and deactivate every DAG of the file as stale: it gets
@@ -59,6 +59,29 @@ LOAD_SETTINGS = {
 # instead of 40 s): the provider's hold before a trigger fires or an answer applies follows it
 # (airflow_provider_crew.waiting.race.deferral_settle_seconds).
 FAST_SETTLE = {"AIRFLOW__CORE__TASK_SUCCESS_OVERTIME": "5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1"}
+
+
+def metadata_database(stack: contextlib.ExitStack) -> dict[str, str]:
+    """Settings for Airflow's metadata database of a stack under load: SQLite tuned for load
+    (:data:`LOAD_SETTINGS`; :meth:`AirflowStack.migrate` switches it to WAL), or, with
+    ``CREW_E2E_POSTGRES=1``, PostgreSQL (``scripts/distributed-services.sh``, as in the distributed
+    test; needs ``psycopg2`` and ``asyncpg``), stopped when ``stack`` closes.
+
+    CI sets it where other Airflow stacks run beside a loaded one: on a busy machine SQLite's single
+    writer can stall long enough that the scheduler's write gives up and the scheduler exits
+    ("database is locked"), which says nothing about the provider. Airflow supports SQLite for
+    trying it out, not for concurrent work.
+    """
+    if os.environ.get("CREW_E2E_POSTGRES") != "1":
+        return dict(LOAD_SETTINGS)
+    from tests.distributed.cluster import Services
+
+    services = Services().start()  # fails the fixture, saying why, when PostgreSQL cannot start
+    stack.callback(services.stop)
+    settings = {
+        name: value for name, value in LOAD_SETTINGS.items() if "SQL_ALCHEMY_CONNECT_ARGS" not in name
+    }
+    return {**settings, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": services.database_url}
 
 
 def free_port() -> int:
@@ -158,6 +181,8 @@ class AirflowStack:
         )
         if done.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        if "sqlite_connect_args" in self.env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", ""):
+            self.use_wal()  # a SQLite stack set up for load (LOAD_SETTINGS)
 
     def use_wal(self) -> None:
         """Switch the SQLite database to WAL mode (the file keeps it): for a stack under load."""
@@ -336,6 +361,29 @@ class AirflowStack:
 
     def hitl_path(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
         return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """Every attempt's log of a task instance, as the task wrote it (JSON lines)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return "\n".join(path.read_text(errors="replace") for path in sorted(folder.glob("attempt=*.log")))
+
+    def failures(self, dag_id: str, run_ids: Sequence[str], tail: int = 6000) -> str:
+        """For an assertion message: the runs that did not succeed, their task states, and the end of
+        each failed task's log and of the scheduler's and triggerer's logs."""
+        parts = []
+        for run_id in run_ids:
+            states = self.task_states(dag_id, run_id)
+            if self.dag_run_state(dag_id, run_id) == "success":
+                continue
+            parts.append(f"===== run {run_id}: {states}")
+            for task_id, state in states.items():
+                if state in ("failed", "upstream_failed", "up_for_retry"):
+                    parts.append(
+                        f"----- {task_id} ({state}) -----\n{self.task_log(dag_id, run_id, task_id)[-tail:]}"
+                    )
+        if parts:
+            parts += [f"----- {c} -----\n{self.log_tail(c, tail)}" for c in ("scheduler", "triggerer")]
+        return "\n".join(parts)
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

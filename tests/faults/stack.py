@@ -56,11 +56,6 @@ class FaultStack(AirflowStack):
         self.started: list[tuple[Component, subprocess.Popen[bytes]]] = []
         self.components: dict[str, Component] = {}
 
-    def migrate(self) -> None:
-        """Create the database in WAL mode (see :data:`LOAD_SETTINGS`)."""
-        super().migrate()
-        self.use_wal()
-
     # A hundred task processes on SQLite can stall the api-server: repeat calls for up to 2 minutes.
     patience = 120.0
 
