@@ -9,8 +9,10 @@ are enabled. Screenshots of every step go to the folder the test prints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -26,7 +28,7 @@ from tests.browser.harness import (
     log_in,
     missing_requirement,
 )
-from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
+from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -52,8 +54,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[AirflowStack, Any]]:
     dags = tmp_path / "dags"
     dags.mkdir()
     shutil.copy(DAG_FILE, dags / DAG_FILE.name)
-    with LocalCrewService("review", speed=0.05) as service:  # 1 s agent steps
+    with contextlib.ExitStack() as resources:
+        service = resources.enter_context(LocalCrewService("review", speed=0.05))  # 1 s agent steps
         env = {
+            **metadata_database(resources),  # ten runs at once on a busy machine
             **service.connection_env("crew_review"),
             "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
                 {"conn_type": "http", "host": service.webhooks.url_for("human"), "password": "hook-token"}
@@ -125,10 +129,30 @@ def answer_in_ui(
     if feedback:
         page.locator("#element_feedback").fill(feedback)
     button.click()
-    expect(page.get_by_text("response successful").first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    try:
+        expect(page.get_by_text("response successful").first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    except AssertionError:
+        # No confirmation: on a loaded machine the UI's answer can take longer, or the click can
+        # land while the page re-renders. A reviewer would look again: Airflow's record says whether
+        # the answer arrived; if it did not, the caller opens the page again later.
+        if not answered(airflow, run_id, round_number):
+            print(f"{run_id} round {round_number}: the click was not confirmed and no answer arrived")
+            return None
     if steps:
         steps.shot(f"round-{round_number}-{option.lower().replace(' ', '-')}-sent")
     return request_text
+
+
+def answered(airflow: AirflowStack, run_id: str, round_number: int, timeout: float = 60) -> bool:
+    """Whether Airflow records an answer to the round's request within ``timeout`` seconds (REST)."""
+    path = airflow.hitl_path(DAG_ID, run_id, f"review.round_{round_number}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        detail = airflow.api("GET", path, expect=(200, 404))
+        if detail and detail.get("response_received"):
+            return True
+        time.sleep(2)  # the next look; the loop has its own deadline
+    return False
 
 
 def review_in_ui(
@@ -261,15 +285,34 @@ def report_reasks(airflow: AirflowStack, seen: dict[str, dict[int, list[str]]]) 
         assert not reasked, reasked
 
 
+def idle_cores(seconds: float = 3.0) -> float:
+    """How many cores were idle, on average, over the next ``seconds`` (Linux's /proc/stat)."""
+
+    def times() -> tuple[int, int]:
+        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+
+    idle_before, total_before = times()
+    time.sleep(seconds)  # the measuring window itself, not a wait for something to happen
+    idle_after, total_after = times()
+    share = (idle_after - idle_before) / max(1, total_after - total_before)
+    return share * (os.cpu_count() or 1)
+
+
 def _burn(deadline: float) -> None:
     while time.monotonic() < deadline:
         sum(i * i for i in range(10_000))
 
 
 def test_ten_review_runs_answered_in_the_ui_at_once_while_the_machine_is_busy(stack, steps):
-    """Every answer lands as soon as the buttons are enabled, with both cores busy: all runs succeed."""
+    """Every answer lands as soon as the buttons are enabled, with every core busy: all runs succeed."""
     airflow, service = stack
-    burners = [multiprocessing.Process(target=_burn, args=(time.monotonic() + 900,)) for _ in range(2)]
+    # Busy: every core working. Burn the cores that other work (CI's other jobs) leaves idle.
+    idle = idle_cores()
+    print(f"{idle:.1f} of {os.cpu_count()} cores idle: {round(idle)} burner processes")
+    burners = [
+        multiprocessing.Process(target=_burn, args=(time.monotonic() + 900,)) for _ in range(round(idle))
+    ]
     for burner in burners:
         burner.start()
     try:
@@ -282,7 +325,7 @@ def test_ten_review_runs_answered_in_the_ui_at_once_while_the_machine_is_busy(st
             burner.join(10)
     states = {run_id: airflow.dag_run_state(DAG_ID, run_id) for run_id in run_ids}
     print(f"{sum(s == 'success' for s in states.values())} of {len(run_ids)} UI-reviewed runs succeeded")
-    assert set(states.values()) == {"success"}, {r: airflow.task_states(DAG_ID, r) for r in run_ids}
+    assert set(states.values()) == {"success"}, airflow.failures(DAG_ID, run_ids)
     for run_id in run_ids:
         assert "(round 2 of 3)" in seen[run_id][2][0] and "(attempt 2)" in seen[run_id][2][0]
         kickoff_id = airflow.xcom(DAG_ID, run_id, "kickoff")
