@@ -1,8 +1,9 @@
 """A person reviews a crew's draft in the Airflow UI (Required Actions), round after round.
 
-kickoff (returns at once) -> review.round_1 … review.round_3 (each waits for the crew to pause, asks
-in the UI about that output, and sends the answer to the crew; rounds after the crew finished are
-skipped) -> review.result (waits for the crew to finish, returns its output) -> publish.
+kickoff (returns at once) -> for each of 3 rounds: review.wait_<n> (a deferred sensor: waits for the
+crew to pause) -> review.round_<n> (asks in the UI about that output and sends the answer to the crew;
+rounds after the crew finished are skipped) -> review.result (waits for the crew to finish, returns
+its output) -> publish.
 
 Needs Airflow 3.1+ (human-in-the-loop); on 3.0 this file fails to parse with a message saying so.
 

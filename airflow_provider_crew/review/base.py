@@ -42,6 +42,11 @@ def round_task_id(round_number: int) -> str:
     return f"round_{round_number}"
 
 
+def wait_task_id(round_number: int) -> str:
+    """The task id (within the group) of the sensor that waits for round ``round_number``'s pause."""
+    return f"wait_{round_number}"
+
+
 class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     """
     What rounds and the result share: the execution, the connection, the polling settings, the
@@ -118,4 +123,5 @@ __all__ = [
     "XCOM_REVIEW_REQUEST",
     "check_airflow_supports_review",
     "round_task_id",
+    "wait_task_id",
 ]

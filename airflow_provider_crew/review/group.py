@@ -1,11 +1,19 @@
 """Human review of a paused crew execution in Airflow's human-in-the-loop UI: one task per round.
 
-:func:`crew_human_review` lays out a task group: ``round_1`` … ``round_<max_rounds>``
-(:class:`~airflow_provider_crew.review.round.CrewReviewRoundOperator`) and ``result``
-(:class:`~airflow_provider_crew.review.result.CrewReviewResultOperator`). Each round is its own task
-instance, so each has its own request in the Required Actions page, showing the output it asks
-about, and its own answer, reviewer and time in Airflow's records. ``result`` waits for the
+:func:`crew_human_review` lays out a task group: for each round a ``wait_<n>`` sensor
+(:class:`~airflow_provider_crew.sensors.crew.CrewStatusSensor`, deferred, ``on_human_input="return"``)
+and a ``round_<n>`` (:class:`~airflow_provider_crew.review.round.CrewReviewRoundOperator`), then
+``result`` (:class:`~airflow_provider_crew.review.result.CrewReviewResultOperator`). Each round is its
+own task instance, so each has its own request in the Required Actions page, showing the output it
+asks about, and its own answer, reviewer and time in Airflow's records. ``result`` waits for the
 execution to finish and returns its output, with every round's record in XCom ``review_history``.
+
+Why a sensor before each round: a round must write its request from a worker, once the crew has
+paused. A task that defers and is resumed on a worker soon after can be failed by Airflow's stale
+executor-event race (:mod:`airflow_provider_crew.waiting.race`), so a deferred round would have to
+hold a pause that comes soon after its deferral, or watch from a worker until it comes. The sensor
+waits without a worker slot, and its trigger ends it at the pause (no worker resumes it, so no race
+and no hold); the round then starts as a new task instance and asks at once.
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ from airflow.sdk import TaskGroup
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.base import upstream_task_id
-from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id
+from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id, wait_task_id
 from airflow_provider_crew.review.result import CrewReviewResultOperator
-from airflow_provider_crew.review.round import DEFAULT_WATCH_BEFORE_DEFER, CrewReviewRoundOperator
-from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
+from airflow_provider_crew.review.round import CrewReviewRoundOperator
+from airflow_provider_crew.sensors.crew import CrewStatusSensor
+from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
 from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -70,7 +79,6 @@ def crew_human_review(
     crew_webhook_url: str | None = None,
     carry_over_webhooks: bool = True,
     kickoff_task_id: str | None = None,
-    watch_before_defer: timedelta | float = DEFAULT_WATCH_BEFORE_DEFER,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
     timeout: timedelta | float = DEFAULT_TIMEOUT,
@@ -82,7 +90,8 @@ def crew_human_review(
     Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
 
     Each round is its own task (``<group_id>.round_<n>``) with its own request in the Required Actions
-    page; rounds after the crew finished are skipped. Returns the task group
+    page, after a sensor (``<group_id>.wait_<n>``) that waits, deferred, for the crew to pause; rounds
+    after the crew finished are skipped. Returns the task group
     (:class:`CrewReviewGroup`): ``upstream >> review >> downstream`` wires it like any task group,
     ``review.output`` is the kickoff id as on every crew task, ``review.output["result"]`` the final
     output and ``review.output["review_history"]`` every round's record.
@@ -102,9 +111,6 @@ def crew_human_review(
     :param crew_webhook_url: Crew-completion webhook to send with every resume.
     :param carry_over_webhooks: Re-send the kickoff's webhook addresses at every resume.
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over.
-    :param watch_before_defer: Seconds each round reads the crew's status from the worker before it
-        defers: a pause within them is asked about at once (a redone task is often ready within
-        seconds); a later one waits out Airflow's deferral race first (about 30 s).
     :param poll_interval: First seconds between status polls.
     :param max_poll_interval: Longest seconds between status polls.
     :param timeout: Longest wait for each pause and for the end.
@@ -150,15 +156,24 @@ def crew_human_review(
                 crew_webhook_url=crew_webhook_url,
                 carry_over_webhooks=carry_over_webhooks,
                 kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
-                watch_before_defer=watch_before_defer,
                 **common,
+            )
+            for number in range(1, max_rounds + 1)
+        ]
+        waits = [
+            CrewStatusSensor(
+                task_id=wait_task_id(number),
+                on_human_input=OnHumanInput.RETURN.value,  # the pause (or the end) ends the wait
+                deferrable=True,  # the point of the sensor: no worker slot while the crew works
+                kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
+                **{name: value for name, value in common.items() if name != "inputs"},
             )
             for number in range(1, max_rounds + 1)
         ]
         result = CrewReviewResultOperator(
             task_id="result", round_task_ids=round_ids, trigger_rule="none_failed", **common
         )
-        chain(*rounds, result)
+        chain(*[task for pair in zip(waits, rounds, strict=True) for task in pair], result)
     return group
 
 

@@ -1,7 +1,7 @@
-"""One round of a human review: wait for the pause, ask the reviewer, send the answer to the crew.
+"""One review round: read the pause, ask the reviewer, send the answer to the crew.
 
-1. The round waits (deferred) until the execution pauses for human input, or skips when it
-   finished without another pause;
+1. The round starts once its ``wait_<n>`` sensor saw the execution pause for human input (or
+   finish: the round then skips). It reads the status once, on its worker;
 2. it writes the request (this round's output, the inputs, the earlier rounds' feedback) and waits
    for the answer without a worker slot;
 3. it checks that the execution still waits on that output, sends the answer with ``POST /resume``
@@ -39,7 +39,6 @@ from airflow_provider_crew.operators.base import (
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.task import seconds
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS, shorten
 
 if TYPE_CHECKING:
@@ -49,19 +48,18 @@ if TYPE_CHECKING:
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
 STALE_PAUSE_GRACE = 30.0
-# A crew redoing a task after "Request changes" usually pauses again within seconds: a round that
-# catches the pause before deferring asks at once, with no deferral race to wait out.
-DEFAULT_WATCH_BEFORE_DEFER = 30.0
 
 
 class CrewReviewRoundOperator(ReviewTaskBase):
     """
     One review round: wait for the execution to pause, ask the reviewer, send the answer to the crew.
 
-    Made by :func:`crew_human_review`, which lays out the rounds and the result task. The round
-    skips when the execution finished without (another) pause. Its return value is the round's record
-    (see docs/human-review.md); the request it wrote is in XCom ``review_request``. It takes the
-    parameters every task of a review takes (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
+    Made by :func:`crew_human_review`, which lays out the rounds, the sensor before each, and the
+    result task. The round skips when the execution finished without (another) pause; when it starts
+    before the pause (run on its own, or cleared), it defers until the pause. Its return value is
+    the round's record (see docs/human-review.md); the request it wrote is in XCom
+    ``review_request``. It takes the parameters every task of a review takes
+    (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
 
     :param round_number: Which round this is (1-based).
     :param subject: Headline of the request; ``{task}`` is replaced by the paused crew task.
@@ -77,9 +75,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         forgets them otherwise; docs/contract.md, "Resume").
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
         ``kickoff_id=kickoff.output`` when not given.
-    :param watch_before_defer: Seconds the round reads the crew's status from the worker (about once
-        a second) before it defers. A pause within them is asked about at once; a later one waits
-        out Airflow's deferral race (``[core] task_success_overtime`` and a margin) before it is asked.
 
     :xcom return_value: This round's record (round, crew_task_id, crew_task, output, answer,
         is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status or
@@ -114,7 +109,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         crew_webhook_url: str | None = None,
         carry_over_webhooks: bool = True,
         kickoff_task_id: str | None = None,
-        watch_before_defer: timedelta | float = DEFAULT_WATCH_BEFORE_DEFER,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -146,7 +140,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             check_webhook_parameter(getattr(self, parameter), parameter)
         self.carry_over_webhooks = carry_over_webhooks
         self.kickoff_task_id = kickoff_task_id or self.kickoff_task_id
-        self.watch_before_defer = seconds(watch_before_defer, "watch_before_defer")
         self.body: str | None = None  # this round's request text, for notifiers' templates
 
     @property
@@ -160,14 +153,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         kept = answer.RoundRecords(context, self.round_number, self.log).applied_by_earlier_try(kickoff_id)
         if kept is not None:
             return kept
-        # _wait defers; it returns only when the wait was over at the first read.
-        result = self._wait(
-            context,
-            kickoff_id,
-            wait_for=WaitFor.HUMAN_INPUT,
-            timeout=self.timeout,
-            watch=self.watch_before_defer,
-        )
+        # Usually over at the first read (the sensor before the round saw the pause); else _wait defers.
+        result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
         return self._on_crew_result(context, kickoff_id, result)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

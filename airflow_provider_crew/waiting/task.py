@@ -206,7 +206,6 @@ class CrewWaitMixin:
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
         kicked_off_at: float | None = None,
         hook: CrewHook | None = None,
-        watch: float = 0.0,
     ) -> WaitResult:
         """Wait for the execution; when deferrable this defers and resumes in ``execute_complete``.
 
@@ -216,9 +215,6 @@ class CrewWaitMixin:
         :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued".
         :param kicked_off_at: Epoch seconds of the kickoff, when this task made it.
         :param hook: A hook to reuse.
-        :param watch: Deferrable only: seconds to keep reading the status from the worker (about
-            once a second) before deferring. A wait that ends within them ends at once; one resumed
-            from a deferral waits out Airflow's race bound first (:func:`deferral_settle_seconds`).
         """
         deadline = time.time() + timeout
         hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
@@ -236,14 +232,9 @@ class CrewWaitMixin:
         # Read the status here first: a wait that is already over needs no trigger, and a trigger
         # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event race
         # (apache/airflow#67287) and fail the task.
-        watch_until = time.time() + watch
-        while True:
-            step = _read_once(poller, hook)
-            if isinstance(step, WaitResult):
-                return step
-            if time.time() >= watch_until:
-                break
-            time.sleep(max(0.0, min(1.0, self.poll_interval, watch_until - time.time())))
+        step = _read_once(poller, hook)
+        if isinstance(step, WaitResult):
+            return step
         self._defer_wait(context, hook, poller)
 
     def _defer_wait(self, context: Context, hook: CrewHook, poller: Poller) -> NoReturn:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import secrets
 import shutil
@@ -33,7 +32,7 @@ import requests
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.hooks.webhook_receiver import run_token, wake_path
 
-from .airflow_stack import LOAD_SETTINGS, AirflowStack, _signal_group, wait_for
+from .airflow_stack import AirflowStack, _signal_group, metadata_database, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +93,9 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         crew_files.append(path)
     with contextlib.ExitStack() as stack:
         service = stack.enter_context(CrewServiceProcess(crew_files))
-        airflow = AirflowStack(tmp / "home", dags, {**_database(stack), "AIRFLOW__CORE__PARALLELISM": "16"})
+        airflow = AirflowStack(
+            tmp / "home", dags, {**metadata_database(stack), "AIRFLOW__CORE__PARALLELISM": "16"}
+        )
         airflow.patience = 120.0
         key = secrets.token_urlsafe(32)
         for spec in CREWS:
@@ -115,8 +116,6 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
         airflow.key = key  # type: ignore[attr-defined]
         try:
             airflow.migrate()
-            if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in airflow.env:
-                airflow.use_wal()
             airflow.start()
             health = requests.get(f"{airflow.base_url}/crew-webhooks/v1/health", timeout=10).json()
             assert health["wake"] is True, health
@@ -138,27 +137,6 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
             airflow.stop()
 
 
-def _database(stack: contextlib.ExitStack) -> dict[str, str]:
-    """Airflow's metadata database for the stack: SQLite tuned for load (50 runs at once in the soak),
-    or, with ``CREW_E2E_POSTGRES=1``, PostgreSQL (``scripts/distributed-services.sh``, as in the
-    distributed test; needs ``psycopg2`` and ``asyncpg``).
-
-    CI sets it where other Airflow stacks run beside the soak: on a busy machine SQLite's single writer
-    can stall the api-server long enough that the scheduler's write gives up and the scheduler exits
-    ("database is locked"), which says nothing about the provider.
-    """
-    if os.environ.get("CREW_E2E_POSTGRES") != "1":
-        return dict(LOAD_SETTINGS)
-    from ..distributed.cluster import Services
-
-    services = Services().start()  # fails the fixture, saying why, when PostgreSQL cannot start
-    stack.callback(services.stop)
-    settings = {
-        name: value for name, value in LOAD_SETTINGS.items() if "SQL_ALCHEMY_CONNECT_ARGS" not in name
-    }
-    return {**settings, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": services.database_url}
-
-
 # -- helpers ---------------------------------------------------------------------------------------
 
 
@@ -169,11 +147,6 @@ def finish(airflow: AirflowStack, dag_id: str, run_id: str, timeout: float = RUN
         return state if state in ("success", "failed") else None
 
     return wait_for(ended, timeout=timeout, what=f"{dag_id} {run_id} to end", interval=1)
-
-
-def task_log(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str:
-    folder = airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-    return "\n".join(path.read_text(errors="replace") for path in sorted(folder.glob("attempt=*.log")))
 
 
 def woken_lines(airflow: AirflowStack) -> list[str]:
@@ -266,7 +239,7 @@ def test_woken_waits_end_with_few_status_reads(wake):
         ("wake_resume", "kickoff", "human-input"),
         ("wake_resume", "approve", "completion"),
     ):
-        log = task_log(airflow, dag_id, runs[dag_id], task_id)
+        log = airflow.task_log(dag_id, runs[dag_id], task_id)
         assert f"Woken by the crew's {webhook} webhook" in log, f"{dag_id}.{task_id} was not woken:\n{log}"
         assert "Webhook wake is on" in log
     for dag_id, run_id in runs.items():
@@ -290,7 +263,7 @@ def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(
     # trigger's XCom writes through a busy api-server take seconds each.
     print(f"ended by its trigger: {late:.1f} s after the crew (the race bound is 35 s here)")
     assert ti["try_number"] == 1
-    log = task_log(airflow, "wake_ended", run_id, "kickoff")
+    log = airflow.task_log("wake_ended", run_id, "kickoff")
     assert "The triggerer ends the task" in log, log
     assert "Woken by" not in log
     # No worker ran the task after its deferral (a resumed task's worker parses the DAG file again),
@@ -327,8 +300,13 @@ def test_review_rounds_are_woken_by_the_crews_pause(wake):
         "wake_review", run_id
     )
     for number in (1, 2):
-        log = task_log(airflow, "wake_review", run_id, f"review.round_{number}")
-        assert "Woken by the crew's human-input webhook" in log, f"round {number} was not woken:\n{log}"
+        log = airflow.task_log("wake_review", run_id, f"review.wait_{number}")
+        assert "Woken by the crew's human-input webhook" in log, f"wait {number} was not woken:\n{log}"
+        # The round started after the pause: it asked at its first status read. Its one deferral, if
+        # any, waits for the answer (3.1-3.2), after the request.
+        log = airflow.task_log("wake_review", run_id, f"review.round_{number}")
+        asked, deferred_at = log.find(f"Review round {number}: crew execution"), log.find("as DEFERRED")
+        assert asked >= 0 and (deferred_at == -1 or asked < deferred_at), log
     kickoff_id = airflow.xcom("wake_review", run_id, "kickoff")
     assert [f["is_approve"] for f in service.executions[kickoff_id]["feedback"]] == [False, True]
     # On 3.3 an answer given the moment the request opens can land before the scheduler has handled the
@@ -435,7 +413,7 @@ def test_a_flood_of_webhooks_leaves_the_api_server_answering(wake):
     print(f"flood: REST and UI answered {len(answers)} times, slowest {max(answers):.2f} s")
     assert answers and max(answers) < 5
     assert finish(airflow, "wake_kickoff", run_id) == "success"
-    log = task_log(airflow, "wake_kickoff", run_id, "kickoff")
+    log = airflow.task_log("wake_kickoff", run_id, "kickoff")
     deferrals = log.count("Pausing task as DEFERRED")
     wakes = [line for line in woken_lines(airflow) if line[0] in _ti_ids(airflow, "wake_kickoff", run_id)]
     # Valid webhooks before the race bound wake nothing; after it, at most one wake per deferral (a
@@ -468,7 +446,7 @@ def test_race_soak_50_runs_whose_crews_end_0_to_40_s_after_the_deferral(wake):
     woken = {ti for ti, _ in woken_lines(airflow)}
     tis = {run: _ti_ids(airflow, *run) for run in runs}
     ended_by_trigger = {
-        run for run in runs if "The triggerer ends the task" in task_log(airflow, *run, "kickoff")
+        run for run in runs if "The triggerer ends the task" in airflow.task_log(*run, "kickoff")
     }
     print(
         f"soak: {sum(s == 'success' for s in states.values())} of {len(runs)} runs succeeded; "
@@ -501,7 +479,7 @@ def test_a_key_rotated_on_the_api_server_still_wakes_the_waits_started_before(wa
     restart_api_server(airflow, f"{new_key} {old_key}")
     try:
         assert finish(airflow, "wake_kickoff", run_id) == "success"
-        log = task_log(airflow, "wake_kickoff", run_id, "kickoff")
+        log = airflow.task_log("wake_kickoff", run_id, "kickoff")
         assert "Woken by the crew's completion webhook" in log, log
         assert service.executions[kickoff_id]["polls"] <= WINDOW_READS
         done = {"kickoff_id": kickoff_id}
@@ -544,7 +522,7 @@ def test_with_the_api_server_stopped_the_safety_poll_ends_the_wait(wake):
     assert deliveries[-1]["ok"] is False  # nobody answered the crew's webhook
     airflow.start(("api-server",))  # the workers need it again to run the woken task
     assert finish(airflow, "wake_safety", run_id) == "success"
-    log = task_log(airflow, "wake_safety", run_id, "kickoff")
+    log = airflow.task_log("wake_safety", run_id, "kickoff")
     assert "Woken by" not in log  # the safety poll found the end
     assert "no webhook woke this wait" in log  # and the task's log says so, with what to check
     assert_no_race(airflow, "wake_safety", run_id)

@@ -124,7 +124,7 @@ def test_airflow_3_0_refuses_at_dag_parse_naming_3_1():
 
 
 @needs_3_1
-def test_the_group_lays_out_one_task_per_round_then_the_result_and_wires_like_a_task_group():
+def test_the_group_lays_out_a_wait_and_a_round_per_round_then_the_result_and_wires_like_a_task_group():
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
@@ -138,22 +138,39 @@ def test_the_group_lays_out_one_task_per_round_then_the_result_and_wires_like_a_
         downstream = EmptyOperator(task_id="downstream")
         upstream >> review >> downstream
 
+    from airflow_provider_crew.sensors.crew import CrewStatusSensor
+    from airflow_provider_crew.waiting.rules import OnHumanInput
+
     result = review.result_task
+    waits = ["review.wait_1", "review.wait_2", "review.wait_3"]
     assert result.task_id == "review.result"
-    assert sorted(dag.task_dict) == sorted(["upstream", "kickoff", *ROUNDS, "review.result", "downstream"])
-    # upstream before round 1, downstream after the result, as with any task group
-    assert dag.task_dict["review.round_1"].upstream_task_ids == {"upstream", "kickoff"}
+    assert sorted(dag.task_dict) == sorted(
+        ["upstream", "kickoff", *waits, *ROUNDS, "review.result", "downstream"]
+    )
+    # upstream before the first wait, downstream after the result, as with any task group
+    assert dag.task_dict["review.wait_1"].upstream_task_ids == {"upstream", "kickoff"}
     assert dag.task_dict["downstream"].upstream_task_ids == {"review.result"}
     # like every crew task: the output is the kickoff id, ["result"] the final output
     assert (review.output.operator, review.output.key) == (result, "return_value")
     assert (review.output["result"].operator, review.output["result"].key) == (result, "result")
-    assert dag.task_dict["review.round_2"].upstream_task_ids == {"review.round_1", "kickoff"}
+    # each round after the sensor that waits for its pause, each sensor after the round before
+    assert dag.task_dict["review.round_1"].upstream_task_ids == {"review.wait_1", "kickoff"}
+    assert dag.task_dict["review.wait_2"].upstream_task_ids == {"review.round_1", "kickoff"}
+    assert dag.task_dict["review.round_2"].upstream_task_ids == {"review.wait_2", "kickoff"}
     assert dag.task_dict["review.result"].upstream_task_ids == {"review.round_3", "kickoff"}
     assert result.trigger_rule == "none_failed"  # skipped rounds (the crew finished) are fine
-    for number, task_id in enumerate(ROUNDS, start=1):
+    for number, (wait_id, task_id) in enumerate(zip(waits, ROUNDS, strict=True), start=1):
         task = dag.task_dict[task_id]
         assert (task.round_number, task.round_task_ids, task.kickoff_task_id) == (number, ROUNDS, "kickoff")
         assert task.retries == 1
+        wait = dag.task_dict[wait_id]
+        assert isinstance(wait, CrewStatusSensor)
+        assert (wait.on_human_input, wait.deferrable, wait.kickoff_task_id) == (
+            OnHumanInput.RETURN,
+            True,
+            "kickoff",
+        )
+        assert (wait.retries, wait.poll_interval, wait.timeout) == (1, task.poll_interval, task.timeout)
 
 
 @needs_3_1

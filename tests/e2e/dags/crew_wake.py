@@ -102,5 +102,4 @@ if AIRFLOW_V_3_1_PLUS:  # human review in the UI needs human-in-the-loop (3.1+)
             crew_conn_id="crew_review_b",
             max_rounds=2,
             response_timeout=timedelta(minutes=10),
-            watch_before_defer=1,  # defer at once: the crew's pause webhook must wake the rounds
         )
