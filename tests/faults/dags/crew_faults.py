@@ -37,6 +37,7 @@ for dag_id, (conn_id, deferrable, blocking, retries, retry_delay) in SCENARIOS.i
             "run_id": "{{ run_id }}",
             "task_id": "{{ ti.task_id }}",
             "map_index": "{{ ti.map_index }}",
+            "try_number": "{{ ti.try_number }}",  # which try started an execution
         },
         # Short polls keep the suite quick once the crews finish; the default grows to 15 s.
         poll_interval=1,
