@@ -262,8 +262,15 @@ def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(
     # A figure, not a pass/fail (the latency is benchmarks/wait_latency.py's): on a loaded machine the
     # trigger's XCom writes through a busy api-server take seconds each.
     print(f"ended by its trigger: {late:.1f} s after the crew (the race bound is 35 s here)")
-    assert ti["try_number"] == 1
-    log = airflow.task_log("wake_ended", run_id, "kickoff")
+    folder = airflow.home / "logs" / "dag_id=wake_ended" / f"run_id={run_id}" / "task_id=kickoff"
+    earlier = [folder / f"attempt={n}.log" for n in range(1, ti["try_number"])]
+    # A try before the last only on Airflow 3.0's start race (see dags/crew_wake.py): it never ran.
+    assert all(not path.exists() or not path.read_text().strip() for path in earlier), earlier
+    if earlier:
+        print(f"try {ti['try_number']}: Airflow failed {len(earlier)} earlier try before it started")
+    # The last try's log, with its trigger's (Airflow writes that beside it: attempt=N.log.trigger.*).
+    last = sorted(folder.glob(f"attempt={ti['try_number']}.log*"))
+    log = "\n".join(path.read_text(errors="replace") for path in last)
     assert "The triggerer ends the task" in log, log
     assert "Woken by" not in log
     # No worker ran the task after its deferral (a resumed task's worker parses the DAG file again),
