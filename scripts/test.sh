@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
-bash scripts/setup.sh >/dev/null
+# CI sets up its environments once, before its jobs, and says so with CREW_SETUP_DONE=1.
+[ "${CREW_SETUP_DONE:-}" = 1 ] || bash scripts/setup.sh >/dev/null
 bash scripts/browser-setup.sh
 exec "$VENV/bin/python" -m pytest "$@"
