@@ -11,7 +11,6 @@ from airflow_provider_crew._compat import BaseOperator, task_state_store
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
-    CrewExecutionPausedError,
     CrewKickoffNotRecordedError,
     CrewNotFoundError,
 )
@@ -130,9 +129,11 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ui_color = "#e9d8fd"
     operator_extra_links = (CrewExecutionLink(),)
 
-    # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+).
+    # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+). The
+    # record outlives the try that wrote it: only the first try of the next run of the task (after a
+    # clear) drops it, so that a retry finds it even when Airflow failed a try that had finished.
     STATE_KEY = "crew_kickoff_id"
-    # What a try writes just before POST /kickoff (its try number), cleared with the execution's id.
+    # What a try writes just before POST /kickoff (its try number), dropped with the execution's id.
     CLAIM_KEY = "crew_kickoff_claim"
     # How long to keep trying to write it while Airflow's API server is overloaded.
     STATE_STORE_PATIENCE = 120.0
@@ -229,7 +230,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
         self._follow_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.wait_for_completion:
-            self._forget_execution(context)
             return kickoff_id
         result = self._wait(
             context,
@@ -243,32 +243,16 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         """Resume after the trigger fired: validate its event and finish as the blocking path does."""
-        store = self._state_store(context)
-        if store is not None and isinstance(event, dict) and isinstance(event.get("kickoff_id"), str):
-            # Back on a worker (see _before_trigger_may_end_task): until this try ends, a retry must find
-            # the execution.
-            self._remember_execution(store, event["kickoff_id"])
         kickoff_id, result = self._result_from_event(context, event)
         return self._finish(context, kickoff_id, result)
 
-    def _before_trigger_may_end_task(self, context: Context) -> None:
-        # The trigger may end this task without a worker, and then nothing would drop the record of
-        # the execution, so that clearing the task would reattach to it instead of starting anew.
-        # Drop it now; every resume on a worker (a failure, a wake) records it again first.
-        self._forget_execution(context)
-
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
-        # Done with an execution that ended: a cleared task starts a new one. The record is dropped
-        # last, so that a try failing on its way out (an XCom push refused by an overloaded Airflow)
-        # leaves its retry the execution to reattach to, not a second one to start.
+        # The record stays after any other end: a try Airflow failed after it had finished (its
+        # heartbeat was late, on an overloaded Airflow) leaves its retry the execution to reattach to,
+        # not a second one to start; a cleared task drops it (_reattach_or_kickoff).
         if result.outcome is Outcome.FAILED:
             self._forget_execution(context)  # a retry starts anew after a FAILED execution (documented)
-        try:
-            self._finish_wait(context, kickoff_id, result)
-        except CrewExecutionPausedError:
-            self._forget_execution(context)  # fails without retry; a cleared task starts anew
-            raise
-        self._forget_execution(context)  # reached for a finished or (returned) paused execution
+        self._finish_wait(context, kickoff_id, result)
         return kickoff_id
 
     def _kickoff(self, context: Context, hook: CrewHook, store: Any = None) -> str:
@@ -323,7 +307,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _reattach_or_kickoff(self, context: Context, hook: CrewHook) -> str:
         """On Airflow 3.3+, a retry reattaches to the execution an earlier try started."""
         store = self._state_store(context)
-        kickoff_id = self._previous_execution(store, hook) if store is not None else None
+        kickoff_id = None
+        if store is not None:
+            if self._first_try_of_this_run(context):
+                self._forget_execution(context)  # an earlier run's (the task was cleared): start anew
+            else:
+                kickoff_id = self._previous_execution(store, hook)
         if kickoff_id is None:
             kickoff_id = self._kickoff(context, hook, store)
             if store is not None:
@@ -331,6 +320,18 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 self._remember_execution(store, kickoff_id)
         self._publish_kickoff(context, kickoff_id)
         return kickoff_id
+
+    def _first_try_of_this_run(self, context: Context) -> bool:
+        """Whether this try is the first since the task instance was created or cleared, not a retry.
+
+        Airflow sets ``max_tries`` to the try number plus ``retries`` when it clears a task instance,
+        so the first try of a run is ``max_tries - retries + 1`` (how the task SDK finds it, too).
+        """
+        ti = context["ti"]
+        max_tries = getattr(ti, "max_tries", None)
+        if not isinstance(max_tries, int):
+            return try_number(context) == 1
+        return try_number(context) <= max_tries - (self.retries or 0) + 1
 
     def _claim_kickoff(self, context: Context, store: Any) -> None:
         """Write, right before ``POST /kickoff``, that this try sets out to start an execution.

@@ -244,8 +244,6 @@ class CrewWaitMixin:
 
         wake = self._webhook_wake(context, hook)
         ends_task = self._trigger_success_outcomes()
-        if ends_task:
-            self._before_trigger_may_end_task(context)
         self.defer(  # type: ignore[attr-defined]
             trigger=CrewStatusTrigger(
                 kickoff_id=poller.kickoff_id,
@@ -268,10 +266,6 @@ class CrewWaitMixin:
             timeout=timedelta(seconds=max(0.0, poller.deadline - time.time()) + 60),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
-
-    def _before_trigger_may_end_task(self, context: Context) -> None:
-        """Called before deferring to a trigger that may end the task without a worker: what a task
-        would otherwise do at its end, and must not leave undone (the kickoff's retry record)."""
 
     def _trigger_success_outcomes(self) -> list[str]:
         """The outcomes with which the trigger may end this task itself (no worker, no race, no hold).

@@ -21,9 +21,13 @@ pytestmark = pytest.mark.integration
 
 
 class FakeTI:
-    def __init__(self, pulls: dict | None = None) -> None:
+    def __init__(self, pulls: dict | None = None, try_number: int = 1, max_tries: int = 0) -> None:
         self.xcom: dict[str, object] = {}
         self.pulls = pulls or {}
+        # As Airflow sets them for a task with retries=0: try 2 is a retry (a reset by the scheduler,
+        # a heartbeat timeout); after a clear of try n, max_tries is n and try n + 1 starts anew.
+        self.try_number = try_number
+        self.max_tries = max_tries
 
     def xcom_push(self, key: str, value: object) -> None:
         self.xcom[key] = value
@@ -180,12 +184,27 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
 
     retry = _kickoff_operator(store, monkeypatch)
-    ti = FakeTI()
+    ti = FakeTI(try_number=2)
     assert retry.execute({"ti": ti}) == kickoff_id
     assert crew_service.request_count("kickoff") == 1
     # The retry tells downstream tasks about the execution again (a new try starts with no XCom).
     assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
-    assert store.values == {}  # done with it: a cleared task starts a new execution
+    # Kept after the end: a try Airflow fails after it finished leaves the execution to its retry.
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
+
+
+def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_task_starts_anew(
+    crew_service, crew_connection, monkeypatch
+):
+    # Airflow can fail a try that had finished (its heartbeat late on an overloaded Airflow): the
+    # retry must not start a second execution. A cleared task (max_tries raised) starts anew.
+    store = FakeStateStore()
+    first = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI()})
+    retry = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI(try_number=2)})
+    assert retry == first and crew_service.request_count("kickoff") == 1
+    cleared = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI(try_number=3, max_tries=2)})
+    assert cleared != first and crew_service.request_count("kickoff") == 2
+    assert store.values[CrewKickoffOperator.STATE_KEY] == cleared
 
 
 def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, crew_connection, monkeypatch):
@@ -229,11 +248,11 @@ def test_a_retry_after_an_unrecorded_claim_says_so_and_starts_anew(
     # Airflow's task logger does not reach caplog: read the operator's warnings from a plain logger.
     monkeypatch.setattr(CrewKickoffOperator, "log", property(lambda self: logging.getLogger("tests.kickoff")))
     with caplog.at_level("WARNING", logger="tests.kickoff"):
-        kickoff_id = op.execute({"ti": FakeTI()})
+        kickoff_id = op.execute({"ti": FakeTI(try_number=2)})
     assert "Try 1 of this task set out to start a crew execution" in caplog.text
     assert "{'job': 'nightly'}" in caplog.text
     assert crew_service.request_count("kickoff") == 1 and list(crew_service.executions) == [kickoff_id]
-    assert store.values == {}  # done with it (wait_for_completion=False): claim and id cleared
+    assert store.values[CrewKickoffOperator.CLAIM_KEY]["try_number"] == 2  # its own claim
 
 
 class ResultPushDownTI(FakeTI):
@@ -254,11 +273,10 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
     [kickoff_id] = crew_service.executions
     assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id  # not forgotten before the end
 
-    ti = FakeTI()
+    ti = FakeTI(try_number=2)
     assert _kickoff_operator(store, monkeypatch).execute({"ti": ti}) == kickoff_id
     assert crew_service.request_count("kickoff") == 1
     assert ti.xcom["result"] == crew_service.executions[kickoff_id]["result"]
-    assert store.values == {}
 
 
 # -- a wait the trigger may end (no worker at the task's end) ---------------------------------------
@@ -307,7 +325,7 @@ SLOW_CREW = {
 
 
 @pytest.mark.crew_service(SLOW_CREW)
-def test_a_kickoff_the_trigger_may_end_drops_its_record_and_a_resume_records_it_again(
+def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
     crew_service, crew_connection, monkeypatch
 ):
     from airflow.providers.common.compat.sdk import TaskDeferred
@@ -323,11 +341,10 @@ def test_a_kickoff_the_trigger_may_end_drops_its_record_and_a_resume_records_it_
     [kickoff_id] = crew_service.executions
     kwargs = deferred.value.trigger.serialize()[1]
     assert (kwargs["ends_task_when_finished"], kwargs["ends_task_when_paused"]) == (True, True)
-    # Were the trigger to end the task, nothing would drop the record and a cleared task would
-    # reattach to a finished execution instead of starting anew: dropped before deferring.
-    assert CrewKickoffOperator.STATE_KEY not in store.values
-
+    # Kept while deferred and after the trigger ends the task: a retry reattaches to it; a cleared
+    # task (its first try) drops it and starts anew.
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
     timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
     with pytest.raises(Exception, match="Timed out"):
         op.execute_complete({"ti": FakeTI()}, timeout)
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id  # back on a worker: a retry reattaches
+    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
