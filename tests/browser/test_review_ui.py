@@ -95,12 +95,16 @@ def open_rounds(airflow: AirflowStack, run_id: str) -> list[int]:
     for round_number in ANSWERS:
         if states.get(f"review.round_{round_number}") != WAITING_STATE:
             continue
-        detail = airflow.api(
-            "GET", airflow.hitl_path(DAG_ID, run_id, f"review.round_{round_number}"), expect=(200, 404)
-        )
+        detail = request_detail(airflow, run_id, round_number)
         if detail and not detail.get("response_received"):
             waiting.append(round_number)
     return waiting
+
+
+def request_detail(airflow: AirflowStack, run_id: str, round_number: int) -> dict[str, Any] | None:
+    """Airflow's record of the round's request and its answer (REST); None before it is written."""
+    path = airflow.hitl_path(DAG_ID, run_id, f"review.round_{round_number}")
+    return airflow.api("GET", path, expect=(200, 404))
 
 
 def answer_in_ui(
@@ -145,10 +149,9 @@ def answer_in_ui(
 
 def answered(airflow: AirflowStack, run_id: str, round_number: int, timeout: float = 60) -> bool:
     """Whether Airflow records an answer to the round's request within ``timeout`` seconds (REST)."""
-    path = airflow.hitl_path(DAG_ID, run_id, f"review.round_{round_number}")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        detail = airflow.api("GET", path, expect=(200, 404))
+        detail = request_detail(airflow, run_id, round_number)
         if detail and detail.get("response_received"):
             return True
         time.sleep(2)  # the next look; the loop has its own deadline

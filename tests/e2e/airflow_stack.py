@@ -41,9 +41,9 @@ AIRFLOW_PATH = Path(__file__).resolve().parent / "airflow_path"
 # What Airflow on SQLite and 2 CPUs needs under load (the fault suite's hundred task processes, the
 # wake soak's 50 runs). A component whose write waits longer than sqlite3's 5 s for the lock exits
 # ("database is locked"): wait up to 30 s (airflow_path/sqlite_connect_args.py), and in WAL mode
-# (:meth:`AirflowStack.migrate` switches a stack with these settings to it) readers never block the one writer. Task processes then wait up to
-# 60 s for the api-server's answer instead of 5 s, as Airflow's docs advise under high load, instead
-# of failing their task after 5 tries. A dag-processor stalled on the lock for a minute (seen in the
+# (:meth:`AirflowStack.migrate` switches a stack with these settings to it) readers never block the
+# one writer. Task processes then wait up to 60 s for the api-server's answer instead of 5 s, as
+# Airflow's docs advise under high load, instead of failing their task after 5 tries. A dag-processor stalled on the lock for a minute (seen in the
 # wake soak) must not kill its parse at 50 s and deactivate every DAG of the file as stale: it gets
 # five minutes for both.
 LOAD_SETTINGS = {
@@ -362,9 +362,15 @@ class AirflowStack:
     def hitl_path(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
         return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
 
+    def log_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Path:
+        """Where Airflow writes a task instance's logs: ``attempt=N.log`` per try, and its trigger's
+        beside it (``attempt=N.log.trigger.*.log``)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return folder / f"map_index={map_index}" if map_index >= 0 else folder
+
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         """Every attempt's log of a task instance, as the task wrote it (JSON lines)."""
-        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        folder = self.log_folder(dag_id, run_id, task_id)
         return "\n".join(path.read_text(errors="replace") for path in sorted(folder.glob("attempt=*.log")))
 
     def failures(self, dag_id: str, run_ids: Sequence[str], tail: int = 6000) -> str:
@@ -372,9 +378,9 @@ class AirflowStack:
         each failed task's log and of the scheduler's and triggerer's logs."""
         parts = []
         for run_id in run_ids:
-            states = self.task_states(dag_id, run_id)
             if self.dag_run_state(dag_id, run_id) == "success":
                 continue
+            states = self.task_states(dag_id, run_id)
             parts.append(f"===== run {run_id}: {states}")
             for task_id, state in states.items():
                 if state in ("failed", "upstream_failed", "up_for_retry"):

@@ -262,7 +262,7 @@ def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(
     # A figure, not a pass/fail (the latency is benchmarks/wait_latency.py's): on a loaded machine the
     # trigger's XCom writes through a busy api-server take seconds each.
     print(f"ended by its trigger: {late:.1f} s after the crew (the race bound is 35 s here)")
-    folder = airflow.home / "logs" / "dag_id=wake_ended" / f"run_id={run_id}" / "task_id=kickoff"
+    folder = airflow.log_folder("wake_ended", run_id, "kickoff")
     earlier = [folder / f"attempt={n}.log" for n in range(1, ti["try_number"])]
     # A try before the last only on Airflow 3.0's start race (see dags/crew_wake.py): it never ran.
     assert all(not path.exists() or not path.read_text().strip() for path in earlier), earlier

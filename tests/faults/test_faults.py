@@ -248,7 +248,7 @@ def measure(
         retries=sum(ti["try_number"] - 1 for ti in tis.values()),
         seconds=seconds,
     )
-    return row, {"tis": tis, "executions": executions, "per_task": per_task}
+    return row, {"tis": tis, "executions": executions, "per_task": per_task, "returned": returned}
 
 
 def check_row(row: Row, expected: dict[str, Any], note: str) -> str | None:
@@ -642,7 +642,7 @@ def test_burst_of_100_kickoffs_through_100_answers_of_429(suite: Suite) -> None:
         return stack.dag_run_state("fault_burst_429", run) in ("success", "failed")
 
     wait_for(done, timeout=600, interval=3, what="100 mapped kickoffs to finish")
-    row, _ = measure(
+    row, seen = measure(
         suite,
         "100 mapped kickoffs through 100 x 429 (Retry-After: 1), default settings",
         "fault_burst_429",
@@ -673,37 +673,29 @@ def test_burst_of_100_kickoffs_through_100_answers_of_429(suite: Suite) -> None:
         f"parallelism {PARALLELISM}",
     )
     assert fired == 100 and problem is None and not rate_limited, (fired, problem, rate_limited)
-    silent = silent_duplicates(suite, "fault_burst_429", run, "burst")
+    silent = silent_duplicates(suite.stack, "fault_burst_429", seen["executions"], seen["returned"])
     assert not silent, "executions a later try did not announce:\n" + "\n".join(silent)
 
 
-def silent_duplicates(suite: Suite, dag_id: str, run_id: str, crew: str) -> list[str]:
+def silent_duplicates(
+    stack: FaultStack, dag_id: str, executions: list[dict[str, Any]], returned: set[Any]
+) -> list[str]:
     """The executions that a try started and no later try of its task announced, with what each
     try of that task logged (read from the log files, not through the REST API).
 
     An execution no task returned was started by a try (its ``meta`` names it) that Airflow stopped
     before it recorded the id; a later try of the same task must say "Try <n> of this task set out
     to start a crew execution".
+
+    :param executions: The run's executions at the crew service (:func:`measure`'s).
+    :param returned: The kickoff ids its tasks returned (:func:`measure`'s).
     """
-    stack = suite.stack
-    returned = {
-        stack.xcom_value(dag_id, key[0], key[1], key[2], "return_value")
-        for key, ti in mapped(stack, dag_id, run_id).items()
-        if ti["state"] == "success"
-    }
     found = []
-    for execution in suite.service.executions.values():
+    for execution in executions:
         meta = execution["meta"]
-        if execution["crew"] != crew or meta["run_id"] != run_id or execution["kickoff_id"] in returned:
+        if execution["kickoff_id"] in returned:
             continue
-        folder = (
-            stack.home
-            / "logs"
-            / f"dag_id={dag_id}"
-            / f"run_id={run_id}"
-            / f"task_id={meta['task_id']}"
-            / f"map_index={meta['map_index']}"
-        )
+        folder = stack.log_folder(dag_id, meta["run_id"], meta["task_id"], int(meta["map_index"]))
         logs = {path.name: path.read_text(errors="replace") for path in sorted(folder.glob("attempt=*.log"))}
         if any(f"Try {meta['try_number']} of this task set out" in log for log in logs.values()):
             continue
