@@ -26,7 +26,6 @@ from airflow.sdk import TaskGroup
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators.base import upstream_task_id
 from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id, wait_task_id
 from airflow_provider_crew.review.result import CrewReviewResultOperator
 from airflow_provider_crew.review.round import CrewReviewRoundOperator
@@ -155,7 +154,7 @@ def crew_human_review(
                 step_webhook_url=step_webhook_url,
                 crew_webhook_url=crew_webhook_url,
                 carry_over_webhooks=carry_over_webhooks,
-                kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
+                kickoff_task_id=kickoff_task_id,  # None: the task finds it from kickoff_id
                 **common,
             )
             for number in range(1, max_rounds + 1)
@@ -165,7 +164,7 @@ def crew_human_review(
                 task_id=wait_task_id(number),
                 on_human_input=OnHumanInput.RETURN.value,  # the pause (or the end) ends the wait
                 deferrable=True,  # the point of the sensor: no worker slot while the crew works
-                kickoff_task_id=kickoff_task_id or upstream_task_id(kickoff_id),
+                kickoff_task_id=kickoff_task_id,  # None: the task finds it from kickoff_id
                 **{name: value for name, value in common.items() if name != "inputs"},
             )
             for number in range(1, max_rounds + 1)

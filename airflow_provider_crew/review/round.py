@@ -52,7 +52,7 @@ STALE_PAUSE_GRACE = 30.0
 
 class CrewReviewRoundOperator(ReviewTaskBase):
     """
-    One review round: wait for the execution to pause, ask the reviewer, send the answer to the crew.
+    One review round: read the pause, ask the reviewer, send the answer to the crew.
 
     Made by :func:`crew_human_review`, which lays out the rounds, the sensor before each, and the
     result task. The round skips when the execution finished without (another) pause; when it starts
