@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 CONNECTION_TTL_SECONDS = 60.0
 
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
-KICKOFF_IF_UNKNOWN = "an execution may have started"
+KICKOFF_IF_UNKNOWN = "an execution may have started and may be running"
 RESUME_IF_UNKNOWN = "the feedback may have been applied"
 
 

@@ -248,12 +248,6 @@ def test_resume_rejects_bad_input(hook, requests_mock, kwargs, expected):
             CrewValidationError,
             r"missing inputs: current_year",
         ),
-        (
-            500,
-            "<html><body>Internal Server Error</body></html>",
-            CrewServerError,
-            "answered 500: no error message",
-        ),
     ],
 )
 def test_error_statuses_raise_typed_errors_quoting_the_service(
@@ -272,6 +266,20 @@ def test_error_statuses_raise_typed_errors_quoting_the_service(
     assert requests_mock.call_count == 1  # none of these is retried
     if error_type is CrewValidationError:
         assert caught.value.missing_inputs in (["topic"], ["current_year"])
+
+
+def test_a_500_is_a_server_error_for_a_get_and_an_unknown_outcome_for_a_post(hook, requests_mock):
+    page = "<html><body>Internal Server Error</body></html>"
+    requests_mock.get(f"{BASE_URL}/inputs", status_code=500, text=page)
+    with pytest.raises(CrewServerError, match="answered 500: no error message") as caught:
+        hook.get_inputs()
+    assert caught.value.http_status == 500 and page not in str(caught.value)
+
+    # The service failed while handling a kickoff: it may have started the execution first.
+    requests_mock.post(f"{BASE_URL}/kickoff", status_code=500, text=page)
+    with pytest.raises(CrewOutcomeUnknownError, match="HTTP 500: the service failed while handling it"):
+        hook.kickoff({"topic": "x"})
+    assert requests_mock.call_count == 2  # the GET once, the POST once: neither repeated
 
 
 def test_status_404_raises_not_found(hook, requests_mock, crew_conn):

@@ -72,8 +72,9 @@ class Call:
         """
         return CrewOutcomeUnknownError(
             f"{self.endpoint} to {self.url}: the outcome is unknown ({reason}); {self.if_unknown}. It was "
-            "not repeated, so nothing was started twice. Check the service before trying again. Failing "
-            "without retry."
+            "not repeated, so nothing was done twice. Check the crew's executions at the service (its "
+            "dashboard) before trying again: clear this task only if nothing was started or applied. "
+            "Failing without retry."
         )
 
 

@@ -4,12 +4,12 @@ Which answers are safe to repeat is written down in docs/contract.md ("Retries: 
 safe to repeat"); in short:
 
 - A GET is repeated after any transient failure.
-- A POST (kickoff, resume) is repeated only when the service surely did not act on it: the
-  connection was never made, or the service answered 429 or 503. After a read time-out, a reset
-  once the request was sent, or a 502/504 from a gateway, it may have acted: the request is never
-  repeated, and :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` says so.
-- 429 and 503 ("busy, come back later") are retried for up to ``retry_budget`` seconds; other
-  transient failures, which say nothing about when to come back, up to ``retry_limit`` times.
+- A POST (kickoff, resume) follows :data:`POST_RULE`: it is repeated only when it surely did not
+  reach the service or the service itself said it did not act. Anything else after sending is an
+  unknown outcome: never repeated, and
+  :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` fails the task without retry.
+- "Busy" answers (429, and a service's own 503) are retried for up to ``retry_budget`` seconds;
+  other transient failures, which say nothing about when to come back, up to ``retry_limit`` times.
 - The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
   never shorter than the service's ``Retry-After``. No retry sleeps past the caller's deadline.
 
@@ -19,6 +19,8 @@ safe to repeat"); in short:
 from __future__ import annotations
 
 import asyncio
+import enum
+import json
 import logging
 import random
 import time
@@ -35,10 +37,33 @@ from airflow_provider_crew.hooks.client.transport import Failure, TransportFailu
 
 log = logging.getLogger(__name__)
 
-# The service said it did not act and to come back later: safe to repeat, for GET and POST alike.
+# "Busy, come back later" for a GET: retried under retry_budget.
 BUSY_STATUSES = frozenset({429, 503})
-# A gateway failed: for a GET a repeat is harmless; a POST may have been passed on.
+# A gateway failed: for a GET a repeat is harmless (counted under retry_limit).
 GATEWAY_STATUSES = frozenset({502, 504})
+
+
+class PostAnswer(str, enum.Enum):
+    """What an attempt of a POST (kickoff, resume) tells about whether the service acted."""
+
+    NOT_SENT = "did not reach the service: sent again, up to retry_limit times"
+    BUSY = "the service said it did not act: sent again within retry_budget"
+    ANSWERED = "the service answered: acted (2xx) or refused (3xx, 4xx); read as it says"
+    UNKNOWN = "it may have acted: never sent again; the task fails without retry"
+
+
+#: The one rule for every POST, first match wins (docs/reliability.md, "Paid requests: the POST
+#: rule"). Envoy, Istio and cloud load balancers answer 503 *themselves*, in plain text and without
+#: Retry-After, when the service's connection drops after they passed the request on; a busy
+#: service answers 503 in its own JSON error shape, usually with Retry-After.
+POST_RULE: tuple[tuple[str, PostAnswer], ...] = (
+    ("refused, DNS failure, connect time-out, TLS handshake", PostAnswer.NOT_SENT),
+    ("429", PostAnswer.BUSY),
+    ("503 with Retry-After or the service's JSON error body", PostAnswer.BUSY),
+    ("any other 5xx: 500, 502, 504, a gateway's own 503", PostAnswer.UNKNOWN),
+    ("2xx, 3xx, 4xx", PostAnswer.ANSWERED),
+    ("read time-out, reset after sending, no whole answer in time", PostAnswer.UNKNOWN),
+)
 # Longest Retry-After honoured as asked; a longer one is treated as this long.
 MAX_RETRY_AFTER_SECONDS = MAX_BACKOFF_SECONDS * 5
 
@@ -58,6 +83,36 @@ class Stop:
 
     response: Response | None = None
     error: CrewError | None = None
+
+
+def is_service_error_body(response: Response) -> bool:
+    """Whether the body is the service's own JSON error (``{"error"|"message"|"detail": ...}``), not a
+    gateway's text or HTML page."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "message", "detail"))
+
+
+def post_answer(response: Response) -> PostAnswer:
+    """The :data:`POST_RULE` row of an answer to a POST."""
+    code = response.status_code
+    if code == 429:
+        return PostAnswer.BUSY
+    if code == 503 and ("Retry-After" in response.headers or is_service_error_body(response)):
+        return PostAnswer.BUSY
+    return PostAnswer.UNKNOWN if code >= 500 else PostAnswer.ANSWERED
+
+
+def unknown_reason(response: Response) -> str:
+    """Why a POST's 5xx leaves its outcome unknown, for the error."""
+    code = response.status_code
+    if code == 503:
+        return "HTTP 503 without Retry-After or the service's error body: a gateway's own answer"
+    if code in GATEWAY_STATUSES:
+        return f"HTTP {code} from a gateway"
+    return f"HTTP {code}: the service failed while handling it"
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -129,30 +184,35 @@ class RetryPolicy:
 
     def _after_answer(self, response: Response) -> Retry | Stop:
         code = response.status_code
+        if not self.call.idempotent:
+            meaning = post_answer(response)
+            if meaning is PostAnswer.UNKNOWN:
+                return Stop(error=self.call.outcome_unknown(unknown_reason(response)))
+            return self._busy(response) if meaning is PostAnswer.BUSY else Stop(response=response)
         if code in BUSY_STATUSES:
-            delay = self.backoff(retry_after_seconds(response.headers))
-            within_budget = self.clock() - self.started + delay <= self.config.retry_budget
-            if within_budget and self._may_wait(delay):
-                used = self.clock() - self.started
-                return Retry(
-                    delay,
-                    f"answered {code}",
-                    f"next attempt {self.attempts + 1}; {used:.0f} s of the "
-                    f"{self.config.retry_budget:g} s retry budget used",
-                )
-            setting = f"the connection's retry_budget of {self.config.retry_budget:g} s"
-            return Stop(
-                response=replace(response, note=self._gave_up(delay, setting if not within_budget else ""))
-            )
+            return self._busy(response)
         if code in GATEWAY_STATUSES:
-            if not self.call.idempotent:
-                return Stop(error=self.call.outcome_unknown(f"HTTP {code} from a gateway"))
             delay = self.backoff(retry_after_seconds(response.headers))
             if self._may_count(delay):
                 return Retry(delay, f"answered {code}", self._count_progress())
             setting = f"the connection's retry_limit of {self.config.retry_limit}"
             return Stop(response=replace(response, note=self._gave_up(delay, setting)))
         return Stop(response=response)
+
+    def _busy(self, response: Response) -> Retry | Stop:
+        """The service said it did not act and to come back: retry within ``retry_budget``."""
+        delay = self.backoff(retry_after_seconds(response.headers))
+        within_budget = self.clock() - self.started + delay <= self.config.retry_budget
+        if within_budget and self._may_wait(delay):
+            used = self.clock() - self.started
+            return Retry(
+                delay,
+                f"answered {response.status_code}",
+                f"next attempt {self.attempts + 1}; {used:.0f} s of the "
+                f"{self.config.retry_budget:g} s retry budget used",
+            )
+        setting = f"the connection's retry_budget of {self.config.retry_budget:g} s"
+        return Stop(response=replace(response, note=self._gave_up(delay, setting if not within_budget else "")))
 
     def _after_failure(self, failure: TransportFailure) -> Retry | Stop:
         if failure.kind is Failure.UNKNOWN and not self.call.idempotent:

@@ -25,8 +25,12 @@ def call(method: str, path: str = "/kickoff") -> Call:
     return Call(method=method, url=f"{CONFIG.base_url}{path}", endpoint=f"{method} {path}", headers={})
 
 
-def answer(status: int, retry_after: str | None = None) -> Response:
-    return Response(status, {"Retry-After": retry_after} if retry_after else {}, b"{}")
+def answer(status: int, retry_after: str | None = None, body: bytes = b"{}") -> Response:
+    return Response(status, {"Retry-After": retry_after} if retry_after else {}, body)
+
+
+SERVICE_BUSY = b'{"error": "Service Unavailable", "message": "Try again shortly"}'
+ENVOY_RESET = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 
 
 class Clock:
@@ -62,10 +66,15 @@ OUTCOMES = [
     (TransportFailure(Failure.UNKNOWN, "read timed out"), SAFE, UNSAFE),
     (TransportFailure(Failure.FATAL, "certificate verify failed"), FAIL, FAIL),
     (answer(429), SAFE, SAFE),
-    (answer(503), SAFE, SAFE),
+    (answer(503, "1"), SAFE, SAFE),  # the service's own "busy": it did not act
+    (answer(503, body=SERVICE_BUSY), SAFE, SAFE),
+    (answer(503, body=b'{"detail": "Service Unavailable"}'), SAFE, SAFE),
+    (answer(503, body=ENVOY_RESET), SAFE, UNSAFE),  # a gateway's own: it may have passed it on
+    (answer(503, body=b"no healthy upstream"), SAFE, UNSAFE),
+    (answer(503), SAFE, UNSAFE),  # "{}" says nothing of the service's
     (answer(502), SAFE, UNSAFE),
     (answer(504), SAFE, UNSAFE),
-    (answer(500), ANSWER, ANSWER),
+    (answer(500), ANSWER, UNSAFE),  # the service failed while handling it: it may have acted
     (answer(400), ANSWER, ANSWER),
     (answer(404), ANSWER, ANSWER),
     (answer(200), ANSWER, ANSWER),
@@ -87,6 +96,29 @@ def verdict(step: Retry | Stop) -> str:
 def test_which_outcomes_are_safe_to_repeat(outcome, get, post):
     assert verdict(policy("GET").decide(outcome)) == get
     assert verdict(policy("POST").decide(outcome)) == post
+
+
+def test_the_post_rule_table_is_what_the_policy_does():
+    """Each row of POST_RULE that an answer can hit, checked against post_answer."""
+    from airflow_provider_crew.hooks.client.retry import POST_RULE, PostAnswer, post_answer
+
+    assert [meaning for _, meaning in POST_RULE].count(PostAnswer.BUSY) == 2
+    assert post_answer(answer(429)) is PostAnswer.BUSY
+    assert post_answer(answer(503, "Wed, 21 Oct 2015 07:28:00 GMT")) is PostAnswer.BUSY
+    assert post_answer(answer(503, body=SERVICE_BUSY)) is PostAnswer.BUSY
+    assert post_answer(answer(503, body=ENVOY_RESET)) is PostAnswer.UNKNOWN
+    assert post_answer(answer(503, body=b'["not", "an", "error"]')) is PostAnswer.UNKNOWN
+    for code in (500, 502, 504, 599):
+        assert post_answer(answer(code, body=SERVICE_BUSY)) is PostAnswer.UNKNOWN
+    for code in (200, 307, 400, 401, 404, 422):
+        assert post_answer(answer(code)) is PostAnswer.ANSWERED
+
+
+def test_a_gateway_503_to_a_post_says_why_it_is_not_repeated():
+    step = policy("POST").decide(answer(503, body=ENVOY_RESET))
+
+    assert isinstance(step, Stop) and isinstance(step.error, CrewOutcomeUnknownError)
+    assert "HTTP 503 without Retry-After or the service's error body: a gateway's own answer" in str(step.error)
 
 
 def test_an_unknown_outcome_names_what_may_have_happened_and_never_the_token():
