@@ -43,6 +43,14 @@ class CrewBadRequestError(CrewHTTPError):
     """400: the service rejected the request's format (or, on resume, the execution is not paused)."""
 
 
+class CrewExecutionNotPausedError(CrewBadRequestError, AirflowFailException):
+    """400 to ``POST /resume``: the execution is not waiting for human input.
+
+    An AirflowFailException: a retry would find it so again, and must not take a later pause for the one
+    its answer was about; the message gives the execution's current state.
+    """
+
+
 class CrewAuthenticationError(CrewHTTPError):
     """401: the bearer token is missing, wrong or expired."""
 

@@ -1,5 +1,5 @@
-"""What the crew tasks share beyond the wait: checks of their parameters, and the webhook addresses a
-resume sends again.
+"""What the crew tasks share beyond the wait: checks of their parameters, the webhook addresses a
+resume sends again, and the records a task keeps for its retries.
 
 The kickoff and resume operators, the status sensor and the review tasks import this module. The
 wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_crew.waiting.task`.
@@ -7,15 +7,19 @@ wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_crew._compat import task_state_store
 from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
+    from airflow_provider_crew.status import CrewStatus
 
 # The notification webhooks a kickoff gives and a resume must give again (the service forgets them).
 WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
@@ -150,3 +154,73 @@ def _given_or_kept(context: Context, execution_id: str, task: Any) -> dict[str, 
 def try_number(context: Context) -> int:
     """This task instance's try number (1 when the context has none, as in ``dag.test()``)."""
     return int(getattr(context["ti"], "try_number", 1) or 1)
+
+
+# -- what a task keeps for its retries ----------------------------------------------------------------
+
+#: How long a record kept for retries outlives the wait's ``timeout``: long enough for any retry.
+RECORD_RETENTION_PAST_TIMEOUT = timedelta(days=7)
+
+
+class RetryRecords:
+    """What a task keeps in Airflow's task state store (3.3+) for a later try of the same run.
+
+    Each record carries the task instance's ``max_tries`` when it was written. Airflow raises
+    ``max_tries`` when it clears a task instance and never on a retry, so a record with another
+    ``max_tries`` was written before the last clear, by an earlier run, and reads as absent (common.ai's
+    usage budget tells runs apart the same way). The DAG's ``retries``, which an edit may change between
+    two tries, plays no part. Every record expires ``retention`` after it was written.
+
+    Before Airflow 3.3 there is no store: reads give None and writes do nothing.
+
+    :param context: The task's context.
+    :param timeout: The task's wait ``timeout`` in seconds; records are kept that long plus
+        :data:`RECORD_RETENTION_PAST_TIMEOUT`.
+    """
+
+    def __init__(self, context: Context, timeout: float) -> None:
+        self.store = task_state_store(context)
+        self.max_tries = getattr(context["ti"], "max_tries", None)
+        self.retention = timedelta(seconds=timeout) + RECORD_RETENTION_PAST_TIMEOUT
+
+    @property
+    def kept(self) -> bool:
+        """Whether this Airflow keeps records (3.3+)."""
+        return self.store is not None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record under ``key`` when this run wrote it, else None."""
+        record = self.store.get(key) if self.store is not None else None
+        if isinstance(record, dict) and record.get("max_tries") == self.max_tries:
+            return record
+        return None
+
+    def set(self, key: str, record: dict[str, Any]) -> None:
+        """Keep ``record`` under ``key`` for this run; raises when Airflow refuses the write."""
+        if self.store is not None:
+            self.store.set(key, {**record, "max_tries": self.max_tries}, retention=self.retention)
+
+    def delete(self, *keys: str) -> None:
+        """Drop the records under ``keys``."""
+        if self.store is not None:
+            for key in keys:
+                self.store.delete(key)
+
+
+def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, answered_output: str | None) -> str | None:
+    """Why an answer must not be sent (again): the execution no longer waits on the output it is about.
+
+    ``None`` while it still waits on that output of that task.
+
+    :param status: The execution's status now.
+    :param crew_task_id: The paused crew task the answer is about.
+    :param answered_output: The output the answer is about.
+    """
+    if status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id:
+        if status.paused_task_output == answered_output:
+            return None
+        return (
+            f"The execution now waits on a different output of task {crew_task_id!r} than the one "
+            "answered (redone, or resumed elsewhere); the answer would apply to text its author never saw."
+        )
+    return f"The execution moved on before the answer arrived (now: {status.describe()})."

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_crew._compat import BaseOperator, task_state_store
+from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
@@ -20,6 +20,7 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
+    RetryRecords,
     check_webhook_parameter,
     is_template_or_xcom,
     try_number,
@@ -129,9 +130,9 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ui_color = "#e9d8fd"
     operator_extra_links = (CrewExecutionLink(),)
 
-    # Where a retry finds the execution an earlier try started (task state store, Airflow 3.3+). The
-    # record outlives the try that wrote it: only the first try of the next run of the task (after a
-    # clear) drops it, so that a retry finds it even when Airflow failed a try that had finished.
+    # Where a retry finds the execution an earlier try of the same run started (task state store,
+    # Airflow 3.3+; operators.base.RetryRecords). The record outlives the try that wrote it, so that a
+    # retry finds it even when Airflow failed a try that had finished; after a clear it reads as absent.
     STATE_KEY = "crew_kickoff_id"
     # What a try writes just before POST /kickoff (its try number), dropped with the execution's id.
     CLAIM_KEY = "crew_kickoff_claim"
@@ -249,20 +250,20 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         # The record stays after any other end: a try Airflow failed after it had finished (its
         # heartbeat was late, on an overloaded Airflow) leaves its retry the execution to reattach to,
-        # not a second one to start; a cleared task drops it (_reattach_or_kickoff).
+        # not a second one to start; after a clear it reads as absent (RetryRecords).
         if result.outcome is Outcome.FAILED:
-            self._forget_execution(context)  # a retry starts anew after a FAILED execution (documented)
+            # A retry starts anew after a FAILED execution (documented).
+            RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
         self._finish_wait(context, kickoff_id, result)
         return kickoff_id
 
-    def _kickoff(self, context: Context, hook: CrewHook, store: Any = None) -> str:
+    def _kickoff(self, context: Context, hook: CrewHook, records: RetryRecords) -> str:
         assert isinstance(self.inputs, Mapping)
         if self.validate_inputs:
             self._check_inputs_against_crew(hook, self.inputs)
         pause_webhook = self._pause_webhook(context)
         wake = self._webhook_wake(context, hook)
-        if store is not None:
-            self._claim_kickoff(context, store)
+        self._claim_kickoff(context, records)
         # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
         # start a second, paid execution.
         kickoff_id = hook.kickoff(
@@ -305,48 +306,30 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         )
 
     def _reattach_or_kickoff(self, context: Context, hook: CrewHook) -> str:
-        """On Airflow 3.3+, a retry reattaches to the execution an earlier try started."""
-        store = self._state_store(context)
-        kickoff_id = None
-        if store is not None:
-            if self._first_try_of_this_run(context):
-                self._forget_execution(context)  # an earlier run's (the task was cleared): start anew
-            else:
-                kickoff_id = self._previous_execution(store, hook)
+        """On Airflow 3.3+, a retry reattaches to the execution an earlier try of this run started."""
+        records = RetryRecords(context, self.timeout)
+        kickoff_id = self._previous_execution(records, hook)
         if kickoff_id is None:
-            kickoff_id = self._kickoff(context, hook, store)
-            if store is not None:
-                # Before anything else can fail: a retry must find this execution, not start another.
-                self._remember_execution(store, kickoff_id)
+            kickoff_id = self._kickoff(context, hook, records)
+            # Before anything else can fail: a retry must find this execution, not start another.
+            self._remember_execution(records, kickoff_id)
         self._publish_kickoff(context, kickoff_id)
         return kickoff_id
 
-    def _first_try_of_this_run(self, context: Context) -> bool:
-        """Whether this try is the first since the task instance was created or cleared, not a retry.
-
-        Airflow sets ``max_tries`` to the try number plus ``retries`` when it clears a task instance,
-        so the first try of a run is ``max_tries - retries + 1`` (how the task SDK finds it, too).
-        """
-        ti = context["ti"]
-        max_tries = getattr(ti, "max_tries", None)
-        if not isinstance(max_tries, int):
-            return try_number(context) == 1
-        return try_number(context) <= max_tries - (self.retries or 0) + 1
-
-    def _claim_kickoff(self, context: Context, store: Any) -> None:
+    def _claim_kickoff(self, context: Context, records: RetryRecords) -> None:
         """Write, right before ``POST /kickoff``, that this try sets out to start an execution.
 
         The write is also a fence: once Airflow has reset a task instance (its scheduler gave up on a
         try that was slow to start, say), the API answers 404 for the old try, the write raises, and
         that try starts nothing, while the new one may. Seen with 100 tasks on an overloaded Airflow.
         """
-        store.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
+        records.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
 
-    def _previous_execution(self, store: Any, hook: CrewHook) -> str | None:
-        """The execution an earlier try started and a retry should reattach to, if any."""
-        previous = store.get(self.STATE_KEY)
-        claim = store.get(self.CLAIM_KEY)
-        if not previous and isinstance(claim, dict):
+    def _previous_execution(self, records: RetryRecords, hook: CrewHook) -> str | None:
+        """The execution an earlier try of this run started and a retry should reattach to, if any."""
+        previous = records.get(self.STATE_KEY)
+        claim = records.get(self.CLAIM_KEY)
+        if not previous and claim:
             # Said loudly, never silently: the earlier try may have started an execution unrecorded.
             self.log.warning(
                 "Try %s of this task set out to start a crew execution and was stopped before it "
@@ -355,23 +338,24 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 claim.get("try_number", "?"),
                 self.meta or {},
             )
-        if previous:
+        kickoff_id = previous.get("kickoff_id") if previous else None
+        if isinstance(kickoff_id, str) and kickoff_id:
             try:
-                state: CrewState | None = hook.get_status(previous).state
+                state: CrewState | None = hook.get_status(kickoff_id).state
             except CrewNotFoundError:
                 state = None  # possibly still queued; the wait tolerates a short run of 404s
             if state is not CrewState.FAILED:
                 self.log.info(
                     "Reattaching to crew execution %s started by an earlier try (state: %s) instead of "
                     "starting a second one.",
-                    previous,
+                    kickoff_id,
                     state.value if state else "not visible yet",
                 )
-                return str(previous)
-            self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", previous)
+                return kickoff_id
+            self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", kickoff_id)
         return None
 
-    def _remember_execution(self, store: Any, kickoff_id: str) -> None:
+    def _remember_execution(self, records: RetryRecords, kickoff_id: str) -> None:
         """Record the execution for a retry, repeating the write while Airflow's API is overloaded.
 
         Without the record a retry would start a second execution, so when it cannot be written
@@ -381,7 +365,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         pause = 1.0
         while True:
             try:
-                store.set(self.STATE_KEY, kickoff_id)
+                records.set(self.STATE_KEY, {"kickoff_id": kickoff_id})
                 return
             except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
                 if time.monotonic() + pause > deadline:
@@ -400,15 +384,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 )
                 time.sleep(pause)
                 pause = min(pause * 2, 15.0)
-
-    def _state_store(self, context: Context) -> Any:
-        return task_state_store(context)
-
-    def _forget_execution(self, context: Context) -> None:
-        store = self._state_store(context)
-        if store is not None:
-            store.delete(self.STATE_KEY)
-            store.delete(self.CLAIM_KEY)
 
 
 __all__ = ["CrewKickoffOperator"]

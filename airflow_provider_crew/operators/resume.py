@@ -7,19 +7,28 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew._compat import BaseOperator
-from airflow_provider_crew.exceptions import CrewBadRequestError, CrewConfigurationError, CrewError
+from airflow_provider_crew.exceptions import (
+    CrewBadRequestError,
+    CrewConfigurationError,
+    CrewError,
+    CrewExecutionNotPausedError,
+)
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
+    RetryRecords,
     check_webhook_parameter,
     checked_kickoff_id,
     is_template_or_xcom,
     rendered_bool,
     resume_webhook_addresses,
+    try_number,
     upstream_task_id,
+    why_answer_is_outdated,
 )
+from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
 from airflow_provider_crew.waiting.task import (
     DEFAULT_TIMEOUT,
@@ -28,6 +37,7 @@ from airflow_provider_crew.waiting.task import (
     CrewWaitMixin,
     default_deferrable,
 )
+from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,9 +56,15 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     task's XCom ``webhooks``, which holds no credentials, found through ``kickoff_id=kickoff.output``
     or ``kickoff_task_id``. Addresses given here take precedence.
 
-    Resuming an execution that is not paused fails with an error that gives its current state.
-    Like the kickoff, it waits by default (``wait_for_completion``) and ends at the next pause
-    (``on_human_input="return"``) or at the end; like every crew task, it returns the kickoff id.
+    Resuming an execution that is not paused fails without retry, with an error that gives its
+    current state. Like the kickoff, it waits by default (``wait_for_completion``) and ends at the
+    next pause (``on_human_input="return"``) or at the end; like every crew task, it returns the
+    kickoff id.
+
+    A feedback is sent once: a retry whose earlier try's ``POST /resume`` went through follows the
+    execution instead of sending it again (the task state store on Airflow 3.3+; before 3.3 a status
+    read: the execution moved on from the pause the feedback is about, found in the upstream task's
+    XCom ``human_input``).
 
     :param kickoff_id: Required. The execution to resume: the kickoff id, usually
         ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
@@ -107,6 +123,10 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     )
     ui_color = "#fde8d8"
     operator_extra_links = (CrewExecutionLink(),)
+
+    # Where a retry finds the answer an earlier try of this run sent (task state store, Airflow 3.3+;
+    # operators.base.RetryRecords): written before POST /resume ("sending"), then with its answer ("sent").
+    ANSWER_KEY = "crew_resume_answer"
 
     def __init__(
         self,
@@ -174,22 +194,14 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         execution_id = checked_kickoff_id(self.kickoff_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._refuse_own_crew_webhook(hook)
-        webhooks = resume_webhook_addresses(context, execution_id, self, self._webhook_wake(context, hook))
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
-        try:
-            result = hook.resume(
-                execution_id,
-                str(self.crew_task_id),
-                str(self.human_feedback or ""),
-                self.is_approve,
-                **webhooks,
-            )
-        except CrewBadRequestError as error:
-            raise self._not_paused_error(hook, execution_id, error) from None
-        self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
+        records = RetryRecords(context, self.timeout)
+        answer = self._sent_before(context, hook, execution_id, records)
+        if answer is None:
+            answer = self._send(context, hook, execution_id, records)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=execution_id)
-        ti.xcom_push(key=XCOM_RESUME, value={"status": result.status.value, "message": result.message})
+        ti.xcom_push(key=XCOM_RESUME, value=answer)
         if not self.wait_for_completion:
             return execution_id
         wait_result = self._wait(
@@ -201,14 +213,106 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         execution_id, result = self._result_from_event(context, event)
         return self._finish_wait(context, execution_id, result)
 
+    def _send(
+        self, context: Context, hook: CrewHook, execution_id: str, records: RetryRecords
+    ) -> dict[str, Any]:
+        """``POST /resume``, recorded for a retry before it is sent and after it was answered."""
+        webhooks = resume_webhook_addresses(context, execution_id, self, self._webhook_wake(context, hook))
+        # Also a fence: Airflow refuses the write for a try it has already failed, which then sends nothing.
+        records.set(
+            self.ANSWER_KEY, {"kickoff_id": execution_id, "state": "sending", "try": try_number(context)}
+        )
+        try:
+            result = hook.resume(
+                execution_id,
+                str(self.crew_task_id),
+                str(self.human_feedback or ""),
+                self.is_approve,
+                **webhooks,
+            )
+        except CrewBadRequestError as error:
+            records.delete(self.ANSWER_KEY)  # the service did not apply it
+            raise self._not_paused_error(hook, execution_id, error) from None
+        self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
+        answer = {"status": result.status.value, "message": result.message}
+        try:
+            records.set(self.ANSWER_KEY, {"kickoff_id": execution_id, "state": "sent", "answer": answer})
+        except Exception as error:  # "sending" stays: a retry reads the status before sending again
+            self.log.warning("Could not record the answer for a retry (%s).", error)
+        return answer
+
+    def _sent_before(
+        self, context: Context, hook: CrewHook, execution_id: str, records: RetryRecords
+    ) -> dict[str, Any] | None:
+        """The ``/resume`` answer when an earlier try of this run already sent the feedback, else None.
+
+        On Airflow 3.3+ the record says: sent (its answer), never sent (None), or stopped while sending.
+        Then, and on any retry before 3.3, a status read tells: the execution has moved on from the
+        pause the feedback is about (running, ended, or paused on another output), so it was applied.
+        """
+        kept = records.get(self.ANSWER_KEY)
+        if kept is not None and kept.get("kickoff_id") == execution_id and kept.get("state") == "sent":
+            self.log.info(
+                "An earlier try of this task sent this feedback to crew execution %s (%s): following the "
+                "execution instead of sending it again.",
+                execution_id,
+                kept["answer"].get("status"),
+            )
+            return dict(kept["answer"])
+        if kept is None and (records.kept or try_number(context) <= 1):
+            return None  # no try of this run sent it (3.3+), or the first try (before 3.3)
+        status = hook.get_status(execution_id)
+        crew_task_id = str(self.crew_task_id)
+        paused_here = (
+            status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id
+        )
+        answered_output = self._answered_output(context, execution_id, crew_task_id)
+        if paused_here and answered_output is None:
+            self.log.warning(
+                "Crew execution %s waits on task %r, and which output this feedback is about is unknown (no "
+                "XCom human_input upstream): an earlier try may have sent it already. Sending it.",
+                execution_id,
+                crew_task_id,
+            )
+            return None
+        moved_on = why_answer_is_outdated(status, crew_task_id, answered_output)
+        if moved_on is None:
+            return None  # still paused on the output the feedback is about: not applied
+        self.log.warning(
+            "Not sending the feedback again: an earlier try of this task sent it, and it was applied. %s "
+            "Following the execution.",
+            moved_on,
+        )
+        finished = status.state is CrewState.SUCCEEDED
+        return {
+            "status": "retrying" if not self.is_approve else "completed" if finished else "resumed",
+            "message": f"Sent by an earlier try of this task and applied; not sent again. {moved_on}",
+        }
+
+    def _answered_output(self, context: Context, execution_id: str, crew_task_id: str) -> str | None:
+        """The paused task's output this feedback is about: the upstream task's XCom ``human_input``."""
+        if not self.kickoff_task_id:
+            return None
+        pulled = context["ti"].xcom_pull(task_ids=self.kickoff_task_id, key=XCOM_HUMAN_INPUT)
+        for pause in pulled if isinstance(pulled, list) else [pulled]:
+            if (
+                isinstance(pause, dict)
+                and pause.get("execution_id") == execution_id
+                and pause.get("task_id") == crew_task_id
+            ):
+                output = pause.get("task_output")
+                return output if isinstance(output, str) else None
+        return None
+
     def _not_paused_error(self, hook: CrewHook, execution_id: str, error: CrewBadRequestError) -> CrewError:
         try:
             current = hook.get_status(execution_id).describe()
         except CrewError as status_error:
             current = f"unknown ({status_error})"
-        return CrewBadRequestError(
+        return CrewExecutionNotPausedError(
             f"Crew execution {execution_id} could not be resumed: it is not waiting for human input "
-            f"(current state: {current}). The service said: {error.service_message or error}",
+            f"(current state: {current}). The service said: {error.service_message or error}. Failing "
+            "without retry.",
             endpoint=error.endpoint,
             status_code=error.http_status,
             service_message=error.service_message,

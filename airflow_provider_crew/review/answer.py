@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input, task_state_store
+from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
+from airflow_provider_crew.operators.base import RetryRecords, why_answer_is_outdated
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
-from airflow_provider_crew.status import CrewState, CrewStatus
+from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
 
 if TYPE_CHECKING:
@@ -184,25 +185,6 @@ def answer_from_event(
     }
 
 
-def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, reviewed_output: str | None) -> str | None:
-    """Why an answer must not be sent: the execution no longer waits on the output the reviewer saw.
-
-    ``None`` while it still waits on that output of that task.
-
-    :param status: The execution's status now.
-    :param crew_task_id: The paused crew task the answer is about.
-    :param reviewed_output: The output the reviewer saw.
-    """
-    if status.state is CrewState.WAITING_FOR_HUMAN_INPUT and status.paused_task_id == crew_task_id:
-        if status.paused_task_output == reviewed_output:
-            return None
-        return (
-            f"The execution now waits on a different output of task {crew_task_id!r} than the one "
-            "reviewed (resumed elsewhere?); the answer would apply to text the reviewer never saw."
-        )
-    return f"The execution moved on before the answer arrived (now: {status.describe()})."
-
-
 def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) -> str:
     """The feedback sent with the resume: the reviewer's words, or why an approval has none.
 
@@ -245,39 +227,37 @@ class RoundRecords:
     :param context: The task's context.
     :param round_number: The round, for messages.
     :param log: The task's logger.
+    :param timeout: The round's wait ``timeout`` in seconds (how long the records are kept, with a week
+        more: :class:`~airflow_provider_crew.operators.base.RetryRecords`).
     """
 
-    def __init__(self, context: Context, round_number: int, log: Any) -> None:
-        self.store = task_state_store(context)
+    def __init__(self, context: Context, round_number: int, log: Any, timeout: float) -> None:
+        self.records = RetryRecords(context, timeout)
         self.round_number = round_number
         self.log = log
 
     def keep_asked(self, kickoff_id: str, status: CrewStatus) -> None:
         """Keep what this try asks about; a failed write only means a retry asks again."""
-        if self.store is None:
-            return
         try:
-            self.store.set(ASKED_RECORD_KEY, asked_about(kickoff_id, status))
+            self.records.set(ASKED_RECORD_KEY, asked_about(kickoff_id, status))
         except Exception as error:
             self.log.warning("Could not keep what round %d asked about: %s", self.round_number, error)
 
-    def asked_before(self, kickoff_id: str, status: CrewStatus, try_number: int) -> bool:
-        """Whether an earlier try of this round asked about this very pause."""
-        if self.store is None or try_number <= 1:
-            return False
+    def asked_before(self, kickoff_id: str, status: CrewStatus) -> bool:
+        """Whether an earlier try of this run of the round asked about this very pause."""
         try:
-            return bool(self.store.get(ASKED_RECORD_KEY) == asked_about(kickoff_id, status))
+            kept = self.records.get(ASKED_RECORD_KEY)
         except Exception as error:  # then ask again: nothing is lost
             self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
             return False
+        asked = asked_about(kickoff_id, status)
+        return kept is not None and all(kept.get(key) == value for key, value in asked.items())
 
     def claim_resume(self, kickoff_id: str, record: dict[str, Any]) -> None:
         """Keep the record as being sent; raise, sending nothing, when Airflow refuses the write."""
-        if self.store is None:
-            return  # Airflow < 3.3: no store, and the answer reaches the round through its own trigger
         claimed = {**record, "applied": True}
         try:
-            self.store.set(
+            self.records.set(
                 APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": claimed, "state": "sending"}
             )
         except Exception as error:
@@ -289,26 +269,24 @@ class RoundRecords:
 
     def keep_applied(self, kickoff_id: str, record: dict[str, Any]) -> None:
         """Keep the record of the answer as sent."""
-        if self.store is None:
-            return
         try:
-            self.store.set(APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"})
+            self.records.set(
+                APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"}
+            )
         except Exception as error:  # the claim stays, "sending": a retry will not send it again
             self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
 
     def drop_claim(self) -> None:
         """Forget the claim: the crew refused the answer, so nothing was sent."""
-        if self.store is None:
-            return
         try:
-            self.store.delete(APPLIED_RECORD_KEY)
+            self.records.delete(APPLIED_RECORD_KEY)
         except Exception as error:  # a retry then finds "sending" and does not send: nothing doubles
             self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
 
     def applied_by_earlier_try(self, kickoff_id: str) -> dict[str, Any] | None:
-        """The record of this round's answer, when an earlier try sent it to this execution."""
-        kept = self.store.get(APPLIED_RECORD_KEY) if self.store is not None else None
-        if not isinstance(kept, dict) or kept.get("kickoff_id") != kickoff_id:
+        """The record of this round's answer, when an earlier try of this run sent it to this execution."""
+        kept = self.records.get(APPLIED_RECORD_KEY)
+        if kept is None or kept.get("kickoff_id") != kickoff_id:
             return None
         record = kept.get("record")
         if not isinstance(record, dict):

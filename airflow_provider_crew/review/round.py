@@ -150,7 +150,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
 
     def execute(self, context: Context) -> dict[str, Any]:
         kickoff_id = self._start(context)
-        kept = answer.RoundRecords(context, self.round_number, self.log).applied_by_earlier_try(kickoff_id)
+        records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
+        kept = records.applied_by_earlier_try(kickoff_id)
         if kept is not None:
             return kept
         # Usually over at the first read (the sensor before the round saw the pause); else _wait defers.
@@ -169,8 +170,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self._end_wait(kickoff_id, result)
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
-            records = answer.RoundRecords(context, self.round_number, self.log)
-            if records.asked_before(kickoff_id, status, try_number(context)):
+            records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
+            if records.asked_before(kickoff_id, status):
                 self._collect_earlier_answer(context, kickoff_id, status)  # defers, like _ask parks
             self._ask(context, kickoff_id, status)  # parks: returns only through execute_review
         if status is not None:
@@ -199,7 +200,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         )
         for notifier in self.notifiers:
             notifier(context)
-        answer.RoundRecords(context, self.round_number, self.log).keep_asked(kickoff_id, status)
+        answer.RoundRecords(context, self.round_number, self.log, self.timeout).keep_asked(kickoff_id, status)
         answer.park_for_answer(
             self,
             context,
@@ -310,7 +311,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             return self._not_sent(record, moved_on)
         self._refuse_own_crew_webhook(hook)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
-        records = answer.RoundRecords(context, self.round_number, self.log)
+        records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
         records.claim_resume(kickoff_id, record)
         try:
             result = hook.resume(

@@ -14,6 +14,7 @@ from airflow_provider_crew.exceptions import (
     CrewKickoffNotRecordedError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.operators import base as operators_base
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 
@@ -136,6 +137,7 @@ class FakeStateStore:
 
     def __init__(self, failures: int = 0, failing_key: str = CrewKickoffOperator.STATE_KEY) -> None:
         self.values: dict[str, object] = {}
+        self.retentions: dict[str, object] = {}
         self.failures = failures
         self.failing_key = failing_key
         self.attempts = 0
@@ -143,7 +145,8 @@ class FakeStateStore:
     def get(self, key: str) -> object:
         return self.values.get(key)
 
-    def set(self, key: str, value: object) -> None:
+    def set(self, key: str, value: object, *, retention: object = None) -> None:
+        self.retentions[key] = retention
         if key == self.failing_key:
             self.attempts += 1
             if self.attempts <= self.failures:
@@ -169,7 +172,7 @@ def _kickoff_operator(
         inputs={"topic": "ops", "current_year": "2026"},
         **{"deferrable": False, "poll_interval": 0.1, **kwargs},
     )
-    monkeypatch.setattr(op, "_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     return op
 
 
@@ -181,7 +184,7 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         first_try.execute({"ti": XComDownTI()})  # the first XCom push after the kickoff fails
     [kickoff_id] = crew_service.executions
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
 
     retry = _kickoff_operator(store, monkeypatch)
     ti = FakeTI(try_number=2)
@@ -190,7 +193,7 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     # The retry tells downstream tasks about the execution again (a new try starts with no XCom).
     assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
     # Kept after the end: a try Airflow fails after it finished leaves the execution to its retry.
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
 
 
 def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_task_starts_anew(
@@ -204,7 +207,25 @@ def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_ta
     assert retry == first and crew_service.request_count("kickoff") == 1
     cleared = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI(try_number=3, max_tries=2)})
     assert cleared != first and crew_service.request_count("kickoff") == 2
-    assert store.values[CrewKickoffOperator.STATE_KEY] == cleared
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == cleared
+
+
+def test_a_dag_edited_between_two_tries_still_reattaches_and_records_expire(
+    crew_service, crew_connection, monkeypatch
+):
+    # retries=3 when try 1 ran (max_tries 3), then the DAG was edited to retries=1: the retry is still
+    # a retry of the same run (Airflow changes max_tries only when it clears), so it reattaches.
+    store = FakeStateStore()
+    first = _kickoff_operator(store, monkeypatch, retries=3).execute({"ti": FakeTI(max_tries=3)})
+    retry = _kickoff_operator(store, monkeypatch, retries=1).execute(
+        {"ti": FakeTI(try_number=2, max_tries=3)}
+    )
+    assert retry == first and crew_service.request_count("kickoff") == 1
+    # Every record is kept for the wait's timeout plus a week, then expires.
+    from datetime import timedelta
+
+    assert store.retentions[CrewKickoffOperator.STATE_KEY] == timedelta(hours=24, days=7)
+    assert store.retentions[CrewKickoffOperator.CLAIM_KEY] == timedelta(hours=24, days=7)
 
 
 def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, crew_connection, monkeypatch):
@@ -243,7 +264,7 @@ def test_a_retry_after_an_unrecorded_claim_says_so_and_starts_anew(
     crew_service, crew_connection, monkeypatch, caplog
 ):
     store = FakeStateStore()
-    store.values[CrewKickoffOperator.CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0}
+    store.values[CrewKickoffOperator.CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
     op = _kickoff_operator(store, monkeypatch, wait_for_completion=False, meta={"job": "nightly"})
     # Airflow's task logger does not reach caplog: read the operator's warnings from a plain logger.
     monkeypatch.setattr(CrewKickoffOperator, "log", property(lambda self: logging.getLogger("tests.kickoff")))
@@ -271,7 +292,9 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         _kickoff_operator(store, monkeypatch).execute({"ti": ResultPushDownTI()})
     [kickoff_id] = crew_service.executions
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id  # not forgotten before the end
+    assert (
+        store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    )  # not forgotten before the end
 
     ti = FakeTI(try_number=2)
     assert _kickoff_operator(store, monkeypatch).execute({"ti": ti}) == kickoff_id
@@ -343,8 +366,123 @@ def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
     assert (kwargs["ends_task_when_finished"], kwargs["ends_task_when_paused"]) == (True, True)
     # Kept while deferred and after the trigger ends the task: a retry reattaches to it; a cleared
     # task (its first try) drops it and starts anew.
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
     timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
     with pytest.raises(Exception, match="Timed out"):
         op.execute_complete({"ti": FakeTI()}, timeout)
-    assert store.values[CrewKickoffOperator.STATE_KEY] == kickoff_id
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+
+
+# -- a resume is answered once (issue: nothing paid twice) ------------------------------------------
+
+
+@pytest.fixture
+def paused(crew_service, crew_connection, crew_webhooks, monkeypatch):
+    """A review crew's execution paused on its draft, as the kickoff task left it: (id, human_input)."""
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(crew="review"))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HUMAN_HOOK", json.dumps({"conn_type": "http", "password": "t0ken-for-the-hook"})
+    )
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "t", "audience": "a"},
+        human_input_webhook_url=crew_webhooks.url_for("human"),
+        human_input_webhook_conn_id="human_hook",
+        deferrable=False,
+        poll_interval=0.1,
+    )
+    ti = FakeTI()
+    kickoff_id = kickoff.execute({"ti": ti})
+    return kickoff_id, ti.xcom["human_input"]
+
+
+class CutOff(Exception):
+    """The try ends after POST /resume went through: an execution_timeout, a lost worker."""
+
+
+def _reject(
+    kickoff_id: str, pause: dict, monkeypatch: pytest.MonkeyPatch, *, cut_off: bool
+) -> CrewResumeOperator:
+    op = CrewResumeOperator(
+        task_id="reject",
+        kickoff_id=kickoff_id,
+        kickoff_task_id="kickoff",
+        crew_task_id=pause["task_id"],
+        human_feedback="Shorter, please",
+        is_approve=False,
+        carry_over_webhooks=False,
+        deferrable=False,
+        poll_interval=0.1,
+        retries=1,
+    )
+    if cut_off:
+        monkeypatch.setattr(op, "_wait", lambda *args, **kwargs: (_ for _ in ()).throw(CutOff()))
+    return op
+
+
+def _resume_ti(pause: dict, try_number: int = 1) -> FakeTI:
+    return FakeTI(pulls={("kickoff", "human_input"): pause}, try_number=try_number)
+
+
+@pytest.mark.parametrize("store", ["task state store", "none (Airflow 3.0-3.2)"])
+@pytest.mark.parametrize("retry_finds", ["the crew redoing the task", "the crew paused again"])
+def test_a_retry_of_a_resume_whose_answer_went_through_follows_the_execution(
+    crew_service, paused, monkeypatch, store, retry_finds
+):
+    kickoff_id, pause = paused
+    kept = FakeStateStore() if store == "task state store" else None
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    with pytest.raises(CutOff):
+        _reject(kickoff_id, pause, monkeypatch, cut_off=True).execute({"ti": _resume_ti(pause)})
+    assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
+    if retry_finds == "the crew paused again":
+        crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)
+
+    ti = _resume_ti(pause, try_number=2)
+    assert _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": ti}) == kickoff_id
+
+    # Not sent again: one accepted /resume, one redo; the retry waited for the redone draft.
+    assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
+    assert crew_service.request_count("resume") == 1
+    assert ti.xcom["human_input"]["task_output"] != pause["task_output"]
+    assert ti.xcom["resume"]["status"] == "retrying"
+    if kept is not None:
+        assert kept.values[CrewResumeOperator.ANSWER_KEY]["state"] == "sent"
+
+
+@pytest.mark.parametrize("store", ["task state store", "none (Airflow 3.0-3.2)"])
+def test_a_retry_of_a_resume_that_never_reached_the_service_sends_it(
+    crew_service, paused, monkeypatch, store
+):
+    kickoff_id, pause = paused
+    kept = FakeStateStore() if store == "task state store" else None
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    # Try 1 failed before its POST (nothing recorded, the execution still paused on the same draft).
+    ti = _resume_ti(pause, try_number=2)
+    assert _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": ti}) == kickoff_id
+    assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
+    assert ti.xcom["resume"]["status"] == "retrying"
+
+
+def test_a_try_airflow_already_failed_sends_no_feedback(crew_service, paused, monkeypatch):
+    # The record written before POST /resume is a fence: Airflow refuses it for a try it has failed.
+    kickoff_id, pause = paused
+    refusing = FakeStateStore(failures=1, failing_key=CrewResumeOperator.ANSWER_KEY)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: refusing)
+    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+        _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": _resume_ti(pause)})
+    assert crew_service.request_count("resume") == 0
+
+
+def test_a_resume_of_an_execution_that_is_not_paused_fails_without_retry(crew_service, crew_connection):
+    kickoff_id = CrewHook().kickoff({"topic": "x", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    op = CrewResumeOperator(
+        task_id="r",
+        kickoff_id=kickoff_id,
+        crew_task_id="research_task",
+        is_approve=True,
+        carry_over_webhooks=False,
+    )
+    with pytest.raises(AirflowFailException, match="Failing without retry"):
+        op.execute({"ti": FakeTI()})

@@ -18,6 +18,7 @@ import pytest
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.operators import base as operators_base
 from airflow_provider_crew.review import answer as review_answer
 from airflow_provider_crew.status import CrewStatus
 
@@ -535,7 +536,7 @@ class FakeStateStore:
     def get(self, key: str, default: object = None) -> object:
         return self.values.get(key, default)
 
-    def set(self, key: str, value: object) -> None:
+    def set(self, key: str, value: object, *, retention: object = None) -> None:
         self.values[key] = json.loads(json.dumps(value))  # what the store keeps is JSON
 
     def delete(self, key: str) -> None:
@@ -549,12 +550,12 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
 ):
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     record = review(op, ti_asked(kickoff_id, status), answer("Approve"), kickoff_id, status)
     assert record["applied"]
-    kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent"}
+    kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent", "max_tries": None}
     assert store.values[review_answer.APPLIED_RECORD_KEY] == kept
 
     # Airflow failed the try after the answer was applied; the retry must not wait for a pause that
@@ -572,7 +573,7 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
     store.set(
         review_answer.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}}
     )
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     op = round_operator()
     monkeypatch.setattr(op, "_follow_execution", lambda *args: None)
 
@@ -594,7 +595,7 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
 def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
@@ -609,7 +610,7 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):  # try 1 asks; Airflow fails it as the answer lands
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
@@ -631,7 +632,7 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
 def test_a_retry_asks_anew_when_the_earlier_try_asked_about_another_output(parked, monkeypatch):
 
     store = FakeStateStore()
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record(output="first draft")))
 
@@ -643,7 +644,7 @@ def test_a_retry_asks_anew_when_the_earlier_try_asked_about_another_output(parke
 class RefusingStateStore(FakeStateStore):
     """A store for a try Airflow has already failed: it refuses writes (the API answers 404)."""
 
-    def set(self, key: str, value: object) -> None:
+    def set(self, key: str, value: object, *, retention: object = None) -> None:
         raise RuntimeError("API_SERVER_ERROR: {'status_code': 404, 'reason': 'not_found'}")
 
 
@@ -651,7 +652,7 @@ class RefusingStateStore(FakeStateStore):
 @pytest.mark.crew_service("review")
 def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, paused_execution, monkeypatch):
 
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: RefusingStateStore())
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     with pytest.raises(CrewError, match=r"did not send the answer.*the retry collects the same answer"):
@@ -670,7 +671,7 @@ def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch)
     store.set(
         review_answer.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
     )
-    monkeypatch.setattr(review_answer, "task_state_store", lambda context: store)
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     retry = round_operator()
     monkeypatch.setattr(retry, "_follow_execution", lambda *args: None)
     monkeypatch.setattr(retry, "_wait", lambda *args, **kwargs: pytest.fail("the retry waited again"))
