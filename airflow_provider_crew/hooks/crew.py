@@ -231,8 +231,10 @@ class CrewHook(BaseHook):
         read = StatusRead(config, request_headers(config), kickoff_id)
         for call, style, last in read.calls():
             response = self._send(call, deadline=deadline)
-            if read.is_answer(response.status_code, style, last=last):
-                return read_get_answer(call, response, CrewStatus.from_response)
+            if read.is_answer(response.status_code, last=last):
+                status = read_get_answer(call, response, CrewStatus.from_response)
+                read.parsed(style)
+                return status
         raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
 
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
@@ -253,8 +255,10 @@ class CrewHook(BaseHook):
         for call, style, last in read.calls():
             policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
             response = await asend_with_retries(send, policy)
-            if read.is_answer(response.status_code, style, last=last):
-                return read_get_answer(call, response, CrewStatus.from_response)
+            if read.is_answer(response.status_code, last=last):
+                status = read_get_answer(call, response, CrewStatus.from_response)
+                read.parsed(style)
+                return status
         raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
 
     def resume(

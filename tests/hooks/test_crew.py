@@ -515,6 +515,18 @@ def test_auto_status_path_does_not_learn_from_two_404s(hook, requests_mock):
     assert LEARNED_STATUS_PATHS.learned() == {}
 
 
+def test_auto_status_path_learns_only_from_a_status_record_that_parses(hook, requests_mock):
+    # A proxy's 200 page at the contract's path is no status record: it must not teach the path.
+    requests_mock.get(f"{BASE_URL}/{KICKOFF_ID}/status", text="<html>maintenance</html>")
+    with pytest.raises(CrewServerError):
+        hook.get_status(KICKOFF_ID)
+    assert LEARNED_STATUS_PATHS.learned() == {}
+
+    requests_mock.get(f"{BASE_URL}/{KICKOFF_ID}/status", json={"state": "RUNNING"})
+    assert hook.get_status(KICKOFF_ID).state is CrewState.RUNNING
+    assert LEARNED_STATUS_PATHS.learned() == {BASE_URL: StatusPathStyle.CONTRACT}
+
+
 def test_kickoff_id_is_quoted_in_the_status_path(crew_conn, requests_mock):
     crew_conn(status_path_style="contract")
     requests_mock.get(f"{BASE_URL}/a%3Fb/status", json={"state": "RUNNING"})

@@ -176,9 +176,10 @@ class LearnedStatusPaths:
         learned = self._styles.get(config.base_url)
         return _BOTH_STYLES if learned is None else (learned,)
 
-    def learn(self, config: CrewConnectionConfig, style: StatusPathStyle, status_code: int) -> None:
-        """Remember ``style`` for the service at ``config`` when it answered 200 in ``auto`` mode."""
-        if config.status_path_style is StatusPathStyle.AUTO and status_code == 200:
+    def learn(self, config: CrewConnectionConfig, style: StatusPathStyle) -> None:
+        """Remember ``style`` for the service at ``config`` (in ``auto`` mode): it answered a status
+        record there."""
+        if config.status_path_style is StatusPathStyle.AUTO:
             if self._styles.get(config.base_url) is not style:
                 log.info("Crew service at %s answers status at %s", config.base_url, describe_style(style))
             self._styles[config.base_url] = style
@@ -200,8 +201,8 @@ class StatusRead:
 
     The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
     so the two-path rule exists once: ask each style in turn; a 404 with a style left to try moves
-    on; any other answer (or the last style's 404) is the answer, and a 200 teaches ``auto``
-    connections the path.
+    on; any other answer (or the last style's 404) is the answer, and a status record that parses
+    teaches ``auto`` connections the path.
 
     :param config: The connection's settings.
     :param headers: The status requests' headers.
@@ -225,10 +226,13 @@ class StatusRead:
             for index, style in enumerate(self._styles)
         ]
 
-    def is_answer(self, status_code: int, style: StatusPathStyle, *, last: bool) -> bool:
-        """Whether an answer with ``status_code`` answers the read (False: ask the next path); learns
-        the path on a 200."""
-        if status_code == 404 and not last:
-            return False
-        LEARNED_STATUS_PATHS.learn(self._config, style, status_code)
-        return True
+    def is_answer(self, status_code: int, *, last: bool) -> bool:
+        """Whether an answer with ``status_code`` answers the read (False: ask the next path)."""
+        return status_code != 404 or last
+
+    def parsed(self, style: StatusPathStyle) -> None:
+        """The answer at ``style`` was a status record that parses: ``auto`` connections learn the path.
+
+        Only then: a proxy's 200 page or a body of garbage at one path must not teach it.
+        """
+        LEARNED_STATUS_PATHS.learn(self._config, style)

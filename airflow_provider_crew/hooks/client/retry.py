@@ -92,7 +92,9 @@ def is_service_error_body(response: Response) -> bool:
         body = json.loads(response.content)
     except ValueError:
         return False
-    return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "message", "detail"))
+    return isinstance(body, dict) and any(
+        isinstance(body.get(key), str) for key in ("error", "message", "detail")
+    )
 
 
 def post_answer(response: Response) -> PostAnswer:
@@ -212,7 +214,9 @@ class RetryPolicy:
                 f"{self.config.retry_budget:g} s retry budget used",
             )
         setting = f"the connection's retry_budget of {self.config.retry_budget:g} s"
-        return Stop(response=replace(response, note=self._gave_up(delay, setting if not within_budget else "")))
+        return Stop(
+            response=replace(response, note=self._gave_up(delay, setting if not within_budget else ""))
+        )
 
     def _after_failure(self, failure: TransportFailure) -> Retry | Stop:
         if failure.kind is Failure.UNKNOWN and not self.call.idempotent:
