@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from airflow_provider_crew import __version__
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
 from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, normalise_base_url
 from airflow_provider_crew.connection_form import (
@@ -51,17 +52,28 @@ MIN_KEY_LENGTH = 24
 HEALTH_TTL_SECONDS = 300.0
 
 _TOKEN_CONTEXT = b"airflow-provider-crew/wake/v1"
+# The receiver's key is never used as it is: each use signs with its own key derived from it, so that
+# what ``/health`` signs for anyone (a caller's nonce) can never be a run's token, whatever the nonce.
+HEALTH_KEY_PURPOSE = b"crew-wake health v1"
+RUN_TOKEN_KEY_PURPOSE = b"crew-wake run-token v1"
+
+
+def derived_key(key: str, purpose: bytes) -> bytes:
+    """The key for one ``purpose`` (:data:`HEALTH_KEY_PURPOSE`, :data:`RUN_TOKEN_KEY_PURPOSE`):
+    HMAC-SHA256 of the purpose under the receiver's key."""
+    return hmac.new(key.encode(), purpose, hashlib.sha256).digest()
 
 
 def run_token(key: str, dag_id: str, run_id: str) -> str:
-    """The secret of one DAG run's webhook address: an HMAC of the run, under ``key``.
+    """The secret of one DAG run's webhook address: an HMAC of the run, under the run-token key
+    derived from ``key``.
 
     :param key: The receiver connection's key.
     :param dag_id: The run's DAG.
     :param run_id: The run.
     """
     message = b"\0".join((_TOKEN_CONTEXT, dag_id.encode(), run_id.encode()))
-    digest = hmac.new(key.encode(), message, hashlib.sha256).digest()
+    digest = hmac.new(derived_key(key, RUN_TOKEN_KEY_PURPOSE), message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
@@ -77,8 +89,13 @@ def token_matches(keys: tuple[str, ...], dag_id: str, run_id: str, token: str) -
 
 
 def key_check(key: str, nonce: str) -> str:
-    """A proof of holding ``key`` for ``nonce``: the worker and the api-server compare theirs."""
-    return hmac.new(key.encode(), b"key-check\0" + nonce.encode(), hashlib.sha256).hexdigest()
+    """A proof of holding ``key`` for ``nonce``: the worker and the api-server compare theirs.
+
+    Signed with the health key derived from ``key``, never with the key run tokens are made with:
+    the api-server signs any caller's nonce.
+    """
+    message = b"key-check\0" + nonce.encode()
+    return hmac.new(derived_key(key, HEALTH_KEY_PURPOSE), message, hashlib.sha256).hexdigest()
 
 
 def wake_path(kind: str, dag_id: str, run_id: str) -> str:
@@ -253,6 +270,14 @@ class CrewWebhookReceiverHook(BaseHook):
                 f"the api-server's plugin cannot wake waits: {body.get('reason') or 'no reason given'}",
             )
         if body.get("key_check") != key_check(config.keys[0], nonce):
+            theirs = body.get("version")
+            if theirs != __version__:
+                # Another release may derive the keys differently: the same password would not do.
+                return False, (
+                    f"the api-server's plugin (provider {theirs}) does not prove the key this worker "
+                    f"(provider {__version__}) holds: install the same provider release on both, with "
+                    "the same receiver connection"
+                )
             return False, (
                 "the api-server holds another key for the receiver connection than this worker: "
                 "define the same connection for both"

@@ -4,7 +4,8 @@ Mounted at ``/crew-webhooks`` on Airflow's api-server by :mod:`.webhooks` (the p
 ``airflow.plugins`` entry point), and imported by the api-server only. Airflow does not authenticate
 plugin apps; this one checks every call itself:
 
-- ``GET /crew-webhooks/v1/health``: whether the plugin can wake waits here, and proof of its key.
+- ``GET /crew-webhooks/v1/health``: whether the plugin can wake waits here, and proof of its key:
+  the caller's nonce signed with a key derived for this alone, never with the one behind run tokens.
 - ``POST /crew-webhooks/v1/{crew|human}/{dag_id}/{run_id}``: a crew's completion (``crew``) or
   human-input (``human``) webhook for one DAG run. The run's token comes as the ``token`` query
   parameter (the completion address) or a bearer token (the human-input webhook); a missing or wrong

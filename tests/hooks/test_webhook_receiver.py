@@ -127,3 +127,80 @@ def test_a_missing_receiver_connection_says_so(monkeypatch):
         CrewConfigurationError, match=r"'crew_webhook_receiver' is not defined where this runs"
     ):
         CrewWebhookReceiverHook().config  # noqa: B018
+
+
+def test_the_health_proof_and_the_run_tokens_use_keys_derived_apart():
+    """The api-server signs any caller's nonce for ``/health``: with a key derived for that alone, so
+    no nonce (not even a run token's own input) gets a run's token signed (docs/webhook-wake.md)."""
+    import base64
+    import hashlib
+    import hmac
+
+    from airflow_provider_crew.hooks.webhook_receiver import (
+        _TOKEN_CONTEXT,
+        HEALTH_KEY_PURPOSE,
+        RUN_TOKEN_KEY_PURPOSE,
+        derived_key,
+        key_check,
+    )
+
+    def as_token(digest: bytes) -> str:
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    health, runs = derived_key(KEY, HEALTH_KEY_PURPOSE), derived_key(KEY, RUN_TOKEN_KEY_PURPOSE)
+    assert len({health, runs, KEY.encode()}) == 3
+    assert derived_key(OLD_KEY, HEALTH_KEY_PURPOSE) != health  # each key derives its own
+    token_input = b"\0".join((_TOKEN_CONTEXT, b"dag", RUN.encode()))
+    token = run_token(KEY, "dag", RUN)
+    assert token == as_token(hmac.new(runs, token_input, hashlib.sha256).digest())
+    # A health proof for a run token's own input as nonce is not the token...
+    assert as_token(bytes.fromhex(key_check(KEY, token_input.decode()))) != token
+    # ...nor would it be without its "key-check" prefix: the health key is another key.
+    assert as_token(hmac.new(health, token_input, hashlib.sha256).digest()) != token
+
+
+class _Answer:
+    def __init__(self, body: dict) -> None:
+        self.status_code, self.content, self._body = 200, json.dumps(body).encode(), body
+
+    def json(self) -> dict:
+        return self._body
+
+
+@pytest.mark.parametrize(
+    ("version", "reason"),
+    [
+        (None, "holds another key for the receiver connection than this worker"),
+        ("0.9.0", "the api-server's plugin (provider 0.9.0) does not prove the key this worker"),
+    ],
+)
+def test_the_health_check_refuses_a_proof_under_another_key(monkeypatch, version, reason):
+    """A plugin proving another key (or one another release derives otherwise) turns the wake off."""
+    import requests
+
+    from airflow_provider_crew import __version__
+    from airflow_provider_crew.hooks.webhook_receiver import key_check
+
+    receiver_env(monkeypatch)
+
+    def get(url, params, **_):
+        return _Answer(
+            {
+                "plugin": "airflow-provider-crew",
+                "version": version or __version__,
+                "wake": True,
+                "key_check": key_check(OLD_KEY, params["nonce"]),
+            }
+        )
+
+    monkeypatch.setattr(requests, "get", get)
+    usable, why = CrewWebhookReceiverHook._ask_health(CrewWebhookReceiverHook().config)
+    assert not usable and reason in why
+    monkeypatch.setattr(
+        requests,
+        "get",
+        lambda url, params, **_: _Answer(
+            {"plugin": "airflow-provider-crew", "wake": True, "key_check": key_check(KEY, params["nonce"])}
+        ),
+    )
+    assert CrewWebhookReceiverHook._ask_health(CrewWebhookReceiverHook().config) == (True, "")

@@ -103,6 +103,42 @@ def test_health_says_it_can_wake_and_proves_its_key(client):
     assert KEY not in json.dumps(answer)
 
 
+def test_health_signs_a_nonce_with_the_health_key_so_no_answer_is_a_run_token(client):
+    """``/health`` signs any caller's nonce: under a key derived for it alone, never under the key the
+    run tokens are made with (nor the receiver's key itself), so no nonce gets a run's token signed."""
+    import hashlib
+    import hmac
+
+    from airflow_provider_crew.hooks.webhook_receiver import (
+        _TOKEN_CONTEXT,
+        HEALTH_KEY_PURPOSE,
+        RUN_TOKEN_KEY_PURPOSE,
+        derived_key,
+    )
+
+    # A caller asks /health to sign a run token's own input as its nonce.
+    token_input = b"\0".join((_TOKEN_CONTEXT, DAG.encode(), RUN.encode()))
+    nonce = token_input.decode()
+    answer = client.get("/v1/health", params={"nonce": nonce}).json()["key_check"]
+    signed = b"key-check\0" + nonce.encode()
+
+    def sign(key: bytes) -> str:
+        return hmac.new(key, signed, hashlib.sha256).hexdigest()
+
+    assert answer == sign(derived_key(KEY, HEALTH_KEY_PURPOSE)) == key_check(KEY, nonce)
+    assert answer != sign(derived_key(KEY, RUN_TOKEN_KEY_PURPOSE))  # not what a run token is signed with
+    assert answer != sign(KEY.encode())  # nor the receiver's key as it is
+    assert derived_key(KEY, HEALTH_KEY_PURPOSE) != derived_key(KEY, RUN_TOKEN_KEY_PURPOSE)
+    # A run token is the run-token key's HMAC of the run; the health key's HMAC of the same bytes (what
+    # /health would answer without its "key-check" prefix) is not it.
+    run_key = derived_key(KEY, RUN_TOKEN_KEY_PURPOSE)
+    expected = base64.urlsafe_b64encode(hmac.new(run_key, token_input, hashlib.sha256).digest())
+    assert run_token(KEY, DAG, RUN) == expected.rstrip(b"=").decode()
+    health_key = derived_key(KEY, HEALTH_KEY_PURPOSE)
+    as_health = base64.urlsafe_b64encode(hmac.new(health_key, token_input, hashlib.sha256).digest())
+    assert run_token(KEY, DAG, RUN) != as_health.rstrip(b"=").decode()
+
+
 def test_health_without_the_receiver_connection_says_why(monkeypatch, database):
     from fastapi.testclient import TestClient
 
