@@ -275,6 +275,12 @@ class CrewServiceApp(ControlAPI):
             counters.response(endpoint, "dropped")
             await drop_connection(send)
             return
+        gateway = faults.take("gateway", endpoint, crew)
+        if gateway is not None:  # acted on; the gateway in front answers on its own instead
+            status, body, ctype, headers = fault_answer(gateway)
+            counters.response(endpoint, status)
+            await send_answer(send, status, body, ctype, headers)
+            return
         if faults.take("truncated_json", endpoint, crew):
             body = body[: len(body) // 2]
         if faults.take("wrong_content_type", endpoint, crew):

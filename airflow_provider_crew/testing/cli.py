@@ -44,9 +44,21 @@ def _parse_fault(spec: str) -> dict[str, Any]:
             data[key] = value
         elif key in ("count", "status"):
             data[key] = None if value in ("", "none", "null") else int(value)
+        elif key == "after":
+            data[key] = _flag(value)
         else:
             data[key] = None if value in ("", "none", "null") else float(value)
     return data
+
+
+def _flag(value: str) -> bool:
+    """``after=true`` / ``after=false`` (also yes/no, 1/0) in the key=value form."""
+    lowered = value.lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ValueError(f"--fault expects true or false, got {value!r}")
 
 
 def _rule_fields(rule: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +88,12 @@ def faults_from_args(args: argparse.Namespace) -> list[FaultRule]:
     for spec in args.html_500 or []:
         endpoint, count = _endpoint_count(spec)
         rules.append(FaultRule("html_500", endpoint, count))
+    for spec in args.gateway_503 or []:
+        endpoint, count = _endpoint_count(spec)
+        rules.append(FaultRule("gateway", endpoint, count, status=503, after=True))
+    for spec in args.no_healthy_upstream or []:
+        endpoint, count = _endpoint_count(spec)
+        rules.append(FaultRule("gateway", endpoint, count, status=503, after=False))
     if args.slow_first:
         rules.append(FaultRule("slow_first", "*", 1, seconds=args.slow_first))
     for spec in args.fault or []:
@@ -122,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--drop-before", action="append", metavar="ENDPOINT[:N]", help="reset, not acted on")
     faults.add_argument("--drop-after", action="append", metavar="ENDPOINT[:N]", help="act, then reset")
     faults.add_argument("--html-500", action="append", metavar="[ENDPOINT:]N", help="500 with an HTML body")
+    faults.add_argument(
+        "--gateway-503", action="append", metavar="ENDPOINT[:N]", help="act, then a gateway's own 503 (text)"
+    )
+    faults.add_argument(
+        "--no-healthy-upstream", action="append", metavar="[ENDPOINT:]N", help="a gateway's 503, not acted on"
+    )
     faults.add_argument("--slow-first", type=float, metavar="SECONDS", help="delay the first request")
     faults.add_argument(
         "--fault", action="append", metavar="SPEC", help='any rule: JSON or "kind=error,status=429,count=2"'

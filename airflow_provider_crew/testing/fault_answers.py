@@ -1,7 +1,8 @@
 """How the service answers when a fault fires (the kinds are described in :mod:`.faults`).
 
-Answers that replace the real one (an error, an HTML page, an unknown state, a hostile body or a
-redirect), the real answer trickled byte by byte, and a connection reset instead of any answer.
+Answers that replace the real one (an error, an HTML page, an unknown state, a gateway's own
+answer, a hostile body or a redirect), the real answer trickled byte by byte, and a connection
+reset instead of any answer.
 """
 
 from __future__ import annotations
@@ -31,10 +32,25 @@ _HTML_200 = (
 )
 # The ``unknown_state`` fault: a status record with a state the contract does not know.
 _UNKNOWN_STATE = b'{"state": "QUARANTINED", "status": "Quarantined by the gateway"}'
+# The ``gateway`` fault: what Envoy (Istio, cloud load balancers alike) answers on its own, as
+# text/plain and without Retry-After. Keyed by (status, after): after = the request was forwarded.
+_ENVOY_RESET = "upstream connect error or disconnect/reset before headers. reset reason: "
+_GATEWAY_BODIES = {
+    (502, True): _ENVOY_RESET + "protocol error",
+    (502, False): _ENVOY_RESET + "connection failure",
+    (503, True): _ENVOY_RESET + "connection termination",
+    (503, False): "no healthy upstream",
+    (504, True): "upstream request timeout",
+    (504, False): _ENVOY_RESET + "connection timeout",
+}
+_GATEWAY_TEXT = b"text/plain"
 
 
 def fault_answer(rule: FaultRule) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
-    """The answer of an ``error``, ``html_500``, ``html_200`` or ``unknown_state`` rule."""
+    """The answer of an ``error``, ``html_500``, ``html_200``, ``unknown_state`` or ``gateway`` rule."""
+    if rule.kind == "gateway":
+        body = _GATEWAY_BODIES[(rule.status, rule.after)].encode()
+        return rule.status, body, _GATEWAY_TEXT, [(b"server", b"envoy")]
     if rule.kind == "html_500":
         return 500, _HTML_500, HTML, []
     if rule.kind == "html_200":

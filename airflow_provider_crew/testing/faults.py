@@ -14,12 +14,13 @@ Kinds:
 ``drop_before``  close the connection (TCP reset) without reading or acting on the request.
 ``drop_after``   act on the request (e.g. start the execution), then reset without a response.
 ``status_404``   each execution kicked off while armed answers 404 to its first ``count`` polls.
+``gateway``      answer 502, 503 (default) or 504 as a gateway does itself (``text/plain``, no
+                 ``Retry-After``), after passing the request on (``after``, default) or not.
 
 Hostile or broken answers (what a client must survive without harm to its process):
 
 ``oversized``    answer 200 with a JSON body of ``size`` bytes, without acting on the request.
-``gzip_bomb``    answer 200 with ``Content-Encoding: gzip``: a small body that inflates to ``size``
-                 bytes of JSON, without acting on the request.
+``gzip_bomb``    answer 200 gzip-encoded: a small body inflating to ``size`` bytes, without acting.
 ``trickle``      act on the request, then send the answer one byte every ``seconds``.
 ``redirect``     answer ``status`` (default 307) with ``Location: <location><request path>``,
                  without acting on the request: e.g. to another host, which must not see the token.
@@ -65,6 +66,7 @@ FAULT_KINDS = (
     "drop_before",
     "drop_after",
     "status_404",
+    "gateway",
     "oversized",
     "gzip_bomb",
     "trickle",
@@ -80,6 +82,7 @@ _RESPONSE_KINDS = ("error", "html_500", "oversized", "gzip_bomb", "redirect", "h
 GARBAGE_AFTER_KINDS = ("truncated_json", "wrong_content_type")
 GARBAGE_KINDS = ("html_200", "truncated_json", "wrong_content_type", "unknown_state")
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+GATEWAY_STATUSES = (502, 503, 504)
 
 
 @dataclass
@@ -95,6 +98,7 @@ class FaultRule:
     crew: str | None = None
     size: int = 0
     location: str | None = None
+    after: bool = True
     fired: int = 0
     id: int = 0
 
@@ -135,6 +139,12 @@ class FaultRule:
             raise ValueError(f"{self.kind} needs size >= 64 (bytes of the body, after decompression)")
         if self.kind == "trickle" and self.seconds <= 0:
             raise ValueError("trickle needs seconds > 0 (the pause between two bytes of the answer)")
+        if not isinstance(self.after, bool):
+            raise ValueError("after must be true or false")
+        if self.kind == "gateway":
+            if self.status not in GATEWAY_STATUSES:
+                raise ValueError(f"gateway status must be one of {', '.join(map(str, GATEWAY_STATUSES))}")
+            self.retry_after = None  # a gateway's own answer never says when to come back
         if self.kind == "redirect":
             if self.status == 503:  # the dataclass default: a redirect's own default is 307
                 self.status = 307
@@ -156,6 +166,7 @@ class FaultRule:
             "crew",
             "size",
             "location",
+            "after",
         }
         unknown = sorted(set(data) - allowed)
         if unknown:
@@ -190,6 +201,9 @@ class FaultRule:
             return f"trickle one byte every {self.seconds}s {times} {where}"
         if self.kind == "redirect":
             return f"redirect {self.status} to {self.location} {times} {where}"
+        if self.kind == "gateway":
+            acted = "after passing the request on" if self.after else "without passing the request on"
+            return f"gateway {self.status} {acted} {times} {where}"
         return f"{self.kind} {times} {where}"
 
     def matches(self, endpoint: str, crew: str | None) -> bool:
@@ -285,6 +299,22 @@ class FaultsAPI(ABC):
         """Act on ``count`` requests, then reset the connection instead of answering."""
         return self.add(FaultRule("drop_after", endpoint, count, crew=crew))
 
+    def gateway(
+        self,
+        endpoint: str = "*",
+        count: int | None = 1,
+        status: int = 503,
+        after: bool = True,
+        crew: str | None = None,
+    ) -> dict[str, Any]:
+        """``count`` answers of a gateway's own ``status`` (502, 503 or 504; text, no Retry-After).
+
+        ``after``: the request is acted on first (the execution starts, the resume is applied),
+        then the gateway answers, as when the upstream connection resets after the request was
+        forwarded. ``after=False``: nothing is passed on (503 "no healthy upstream").
+        """
+        return self.add(FaultRule("gateway", endpoint, count, status=status, crew=crew, after=after))
+
     def status_404(self, polls: int = 2, crew: str | None = None) -> dict[str, Any]:
         """Executions kicked off from now on answer 404 to their first ``polls`` status polls."""
         return self.add(FaultRule("status_404", "status", polls, crew=crew))
@@ -320,7 +350,7 @@ class FaultsAPI(ABC):
 
 
 def _count_key(rule: FaultRule) -> str:
-    return f"error_{rule.status}" if rule.kind == "error" else rule.kind
+    return f"{rule.kind}_{rule.status}" if rule.kind in ("error", "gateway") else rule.kind
 
 
 class Faults(FaultsAPI):
@@ -378,23 +408,34 @@ class Faults(FaultsAPI):
         self._counts[key] = self._counts.get(key, 0) + 1
 
     def take(self, kind: str, endpoint: str, crew: str | None) -> FaultRule | None:
-        """Consume one firing of the first armed ``kind`` rule matching the request."""
+        """Consume one firing of the first armed ``kind`` rule matching the request.
+
+        For ``gateway`` only the rules that answer after acting (``after``) are taken here; the
+        others replace the answer (:meth:`take_response`).
+        """
         if not self._rules:  # fast path: no lock when nothing is armed
             return None
         with self._lock:
             for rule in self._rules:
-                if rule.kind == kind and not rule.exhausted and rule.matches(endpoint, crew):
+                if (
+                    rule.kind == kind
+                    and not (kind == "gateway" and not rule.after)
+                    and not rule.exhausted
+                    and rule.matches(endpoint, crew)
+                ):
                     self._fire(rule)
                     return rule
         return None
 
     def take_response(self, endpoint: str, crew: str | None) -> FaultRule | None:
-        """Consume the first armed response-replacing rule (``error`` or ``html_500``)."""
+        """Consume the first armed response-replacing rule (``error``, ``html_500``, a ``gateway``
+        that passes nothing on...)."""
         if not self._rules:
             return None
         with self._lock:
             for rule in self._rules:
-                if rule.kind in _RESPONSE_KINDS and not rule.exhausted and rule.matches(endpoint, crew):
+                replaces = rule.kind in _RESPONSE_KINDS or (rule.kind == "gateway" and not rule.after)
+                if replaces and not rule.exhausted and rule.matches(endpoint, crew):
                     self._fire(rule)
                     return rule
         return None

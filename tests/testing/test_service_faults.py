@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from airflow_provider_crew.testing import FaultRule, LocalCrewService, RemoteCrewService
+from airflow_provider_crew.testing.cli import build_parser, faults_from_args
 from airflow_provider_crew.testing.handle import ControlAPIError
 
 from ._helpers import Api, crew, task
@@ -129,6 +130,149 @@ def test_html_500(api: Api, crew_service: LocalCrewService) -> None:
     assert resp.text.startswith("<!DOCTYPE html>")
     assert api.get(f"/{kickoff_id}/status").status_code == 200
     assert crew_service.faults.counts == {"html_500": 1}
+
+
+# -- a gateway's own answers (Envoy, Istio, cloud load balancers): text/plain, no Retry-After
+
+ENVOY_RESET = "upstream connect error or disconnect/reset before headers. reset reason: "
+
+
+def assert_gateway_answer(resp: requests.Response, status: int, text: str) -> None:
+    assert resp.status_code == status
+    assert resp.headers["content-type"] == "text/plain"
+    assert "retry-after" not in resp.headers
+    assert resp.headers["server"] == "envoy"
+    assert resp.text == text
+
+
+def test_gateway_503_after_passing_on_starts_exactly_one_execution(
+    api: Api, crew_service: LocalCrewService
+) -> None:
+    rule = crew_service.faults.gateway("kickoff")
+    assert (rule["kind"], rule["status"], rule["after"], rule["retry_after"]) == ("gateway", 503, True, None)
+
+    resp = api.post("/kickoff", {"inputs": INPUTS})
+
+    assert_gateway_answer(resp, 503, ENVOY_RESET + "connection termination")
+    (kickoff_id,) = crew_service.executions  # the client saw a 503, yet the execution started
+    assert crew_service.wait_for_state(kickoff_id)["state"] == "SUCCESS"
+    counters = crew_service.counters
+    assert counters["requests"]["kickoff"] == 1
+    assert counters["responses"]["kickoff"] == {"503": 1}
+    assert counters["faults"] == {"gateway_503": 1}
+    api.kickoff(INPUTS)  # once only
+    assert len(crew_service.executions) == 2
+
+
+def test_gateway_503_without_passing_on_starts_nothing(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.gateway("kickoff", count=2, after=False)
+
+    for _ in range(2):
+        assert_gateway_answer(api.post("/kickoff", {"inputs": INPUTS}), 503, "no healthy upstream")
+
+    assert crew_service.executions == {}
+    assert crew_service.faults.counts == {"gateway_503": 2}
+    assert crew_service.faults.rules[0]["remaining"] == 0
+    api.kickoff(INPUTS)
+    assert len(crew_service.executions) == 1
+    assert crew_service.counters["responses"]["kickoff"] == {"503": 2, "200": 1}
+
+
+def test_gateway_counts_increment_on_every_firing(api: Api, crew_service: LocalCrewService) -> None:
+    crew_service.faults.gateway("kickoff", count=None)
+    crew_service.faults.gateway("inputs", count=None, after=False)
+
+    for expected in (1, 2, 3):
+        assert api.post("/kickoff", {"inputs": INPUTS}).status_code == 503
+        assert api.get("/inputs").status_code == 503
+        assert crew_service.faults.counts == {"gateway_503": 2 * expected}
+    assert len(crew_service.executions) == 3  # only the rule that passes requests on acted
+    assert [r["fired"] for r in crew_service.faults.rules] == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("status", "after", "text"),
+    [
+        (502, True, ENVOY_RESET + "protocol error"),
+        (504, True, "upstream request timeout"),
+        (502, False, ENVOY_RESET + "connection failure"),
+        (504, False, ENVOY_RESET + "connection timeout"),
+    ],
+)
+def test_gateway_502_and_504_act_only_after_passing_on(
+    api: Api, crew_service: LocalCrewService, status: int, after: bool, text: str
+) -> None:
+    crew_service.faults.gateway("kickoff", status=status, after=after)
+
+    assert_gateway_answer(api.post("/kickoff", {"inputs": INPUTS}), status, text)
+
+    assert len(crew_service.executions) == (1 if after else 0)
+    assert crew_service.faults.counts == {f"gateway_{status}": 1}
+
+
+def test_gateway_on_resume_applies_the_feedback_once(crew_service: LocalCrewService) -> None:
+    review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
+    kickoff_id = review.kickoff(
+        {"topic": "AI"}, humanInputWebhook={"url": crew_service.webhooks.url_for("h")}
+    )
+    note = crew_service.webhooks.wait_for_count("h", 1)[0].json
+    crew_service.faults.gateway("resume")
+
+    resp = review.resume(kickoff_id, note["task_id"], "approved", True)
+
+    assert_gateway_answer(resp, 503, ENVOY_RESET + "connection termination")
+    feedback = crew_service.wait_for_state(kickoff_id)["feedback"]
+    assert [(f["feedback"], f["is_approve"]) for f in feedback] == [("approved", True)]
+
+
+def test_gateway_without_passing_on_applies_no_resume(crew_service: LocalCrewService) -> None:
+    review = Api(crew_service, base_url=crew_service.url_for_crew("review"))
+    kickoff_id = review.kickoff(
+        {"topic": "AI"}, humanInputWebhook={"url": crew_service.webhooks.url_for("h")}
+    )
+    note = crew_service.webhooks.wait_for_count("h", 1)[0].json
+    crew_service.faults.gateway("resume", after=False)
+
+    assert review.resume(kickoff_id, note["task_id"], "approved", True).status_code == 503
+
+    snapshot = crew_service.executions[kickoff_id]
+    assert snapshot["state"] == "PAUSED" and snapshot["feedback"] == []
+
+
+def test_gateway_faults_travel_through_the_control_api_the_cli_and_crew_files(
+    api: Api, remote: RemoteCrewService
+) -> None:
+    added = remote.faults.gateway("kickoff", status=504)
+    assert (added["kind"], added["status"], added["after"]) == ("gateway", 504, True)
+    before = remote.faults.add({"kind": "gateway", "endpoint": "inputs", "after": False})
+    assert before["after"] is False and before["status"] == 503
+    assert api.post("/kickoff", {"inputs": INPUTS}).status_code == 504
+    assert api.get("/inputs").text == "no healthy upstream"
+    assert remote.faults.counts == {"gateway_504": 1, "gateway_503": 1}
+    assert len(remote.executions) == 1
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--gateway-503",
+            "kickoff:2",
+            "--no-healthy-upstream",
+            "3",
+            "--fault",
+            "kind=gateway,status=502,after=false,endpoint=resume",
+        ]
+    )
+    assert [r.describe() for r in faults_from_args(args)] == [
+        "gateway 503 after passing the request on x2 on kickoff",
+        "gateway 503 without passing the request on x3 on all endpoints",
+        "gateway 502 without passing the request on x1 on resume",
+    ]
+    flaky = crew("flaky", task("one"), faults=[{"kind": "gateway", "endpoint": "kickoff", "count": 1}])
+    with LocalCrewService([flaky], speed=10) as service:
+        resp = Api(service).post("/kickoff", {"inputs": {"topic": "x"}})
+        assert resp.status_code == 503 and "retry-after" not in resp.headers
+        assert len(service.executions) == 1
+        assert service.faults.counts == {"gateway_503": 1}
 
 
 def test_html_200_answers_a_maintenance_page_and_acts_on_nothing(
@@ -249,6 +393,8 @@ def test_faults_given_at_start_and_in_crew_files() -> None:
         ({"kind": "trickle"}, "trickle needs seconds > 0"),
         ({"kind": "redirect"}, "redirect needs a location"),
         ({"kind": "redirect", "location": "http://h.test", "status": 300}, "redirect status must be one of"),
+        ({"kind": "gateway", "status": 500}, "gateway status must be one of 502, 503, 504"),
+        ({"kind": "gateway", "after": "yes"}, "after must be true or false"),
     ],
 )
 def test_invalid_fault_rules_are_refused(data: dict, message: str) -> None:
