@@ -8,13 +8,10 @@ every variant into one normalised record and keeps the service's own (``raw``). 
 from __future__ import annotations
 
 import enum
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-log = logging.getLogger(__name__)
 
 
 class CrewState(str, enum.Enum):
@@ -42,11 +39,13 @@ _PENDING_WORDS = frozenset({"pending", "queued", "received"})
 _RUNNING_WORDS = frozenset(
     {"started", "running", "in_progress", "in progress", "retry", "retrying", "resumed"}
 )
-_unknown_states_logged: set[str] = set()
+#: How a state word the client does not know is treated; the wait that meets one logs it once.
+UNKNOWN_STATE_TREATMENT = "treated as still running; the wait ends at its timeout unless the state changes"
 
 
-def normalise_state(raw: str | None) -> CrewState:
-    """Map a service's ``state``/``status`` word to a CrewState; unknown words count as running."""
+def known_state(raw: str | None) -> CrewState | None:
+    """The CrewState of a service's ``state``/``status`` word, or None for a word the client does not
+    know (and for no word)."""
     word = (raw or "").strip().lower()
     if word in _SUCCESS_WORDS:
         return CrewState.SUCCEEDED
@@ -56,11 +55,19 @@ def normalise_state(raw: str | None) -> CrewState:
         return CrewState.WAITING_FOR_HUMAN_INPUT
     if word in _PENDING_WORDS:
         return CrewState.PENDING
-    if word not in _RUNNING_WORDS and word not in _unknown_states_logged:
-        # Polling on is safer than failing on a word a newer service added; say so once.
-        _unknown_states_logged.add(word)
-        log.warning("Unknown crew execution state %r; treating it as still running.", raw)
-    return CrewState.RUNNING
+    if word in _RUNNING_WORDS:
+        return CrewState.RUNNING
+    return None
+
+
+def normalise_state(raw: str | None) -> CrewState:
+    """Map a service's ``state``/``status`` word to a CrewState; unknown words count as running.
+
+    Polling on is safer than failing on a word a newer service added; the wait that reads one says so
+    in its own log (:attr:`CrewStatus.state_known`).
+    """
+    state = known_state(raw)
+    return CrewState.RUNNING if state is None else state
 
 
 class CrewProgress(BaseModel):
@@ -110,6 +117,9 @@ class CrewStatus(BaseModel):
 
     state: CrewState
     raw_state: str | None = None
+    # False when the record's state word is one the client does not know (or it has none): ``state``
+    # is then RUNNING, and the wait logs the word once (docs/contract.md).
+    state_known: bool = True
     message: str | None = None
     output: Any = None
     progress: CrewProgress | None = None
@@ -128,7 +138,8 @@ class CrewStatus(BaseModel):
         status_text = record.get("status")
         if not isinstance(raw_state, str) or not raw_state.strip():
             raw_state = status_text if isinstance(status_text, str) else None
-        state = normalise_state(raw_state)
+        known = known_state(raw_state)
+        state = CrewState.RUNNING if known is None else known
         # Some versions put the state in 'state' and a message in 'status'; keep the message.
         message = status_text if isinstance(status_text, str) and status_text != raw_state else None
 
@@ -157,6 +168,7 @@ class CrewStatus(BaseModel):
         return cls(
             state=state,
             raw_state=raw_state,
+            state_known=known is not None,
             message=message,
             output=cls._final_output(record, last_task) if state is CrewState.SUCCEEDED else None,
             progress=CrewProgress.from_record(record.get("progress")),

@@ -33,15 +33,28 @@ def test_state_is_read_from_state_then_status_case_insensitively(record, state):
     assert CrewStatus.from_response(record).state is state
 
 
-def test_unknown_state_counts_as_running_and_is_logged_once(caplog):
-    status._unknown_states_logged.discard("teleporting")
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_crew.status"):
-        first = CrewStatus.from_response({"state": "TELEPORTING"})
-        CrewStatus.from_response({"state": "TELEPORTING"})
-    assert first.state is CrewState.RUNNING
-    assert [r.getMessage() for r in caplog.records].count(
-        "Unknown crew execution state 'TELEPORTING'; treating it as still running."
-    ) == 1
+@pytest.mark.parametrize("record", [{"state": "QUARANTINED"}, {"state": "teleporting"}, {}, {"state": 3}])
+def test_an_unknown_state_counts_as_running_and_says_it_is_unknown_without_logging(record, caplog):
+    """Reading logs nothing: the wait that reads the record warns once in its own log (tests/waiting)."""
+    with caplog.at_level(logging.DEBUG):
+        parsed = CrewStatus.from_response(record)
+    assert parsed.state is CrewState.RUNNING and parsed.state_known is False
+    assert parsed.raw == record and parsed.describe() == (parsed.raw_state or "running")
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    "word", ["PENDING", "started", "RUNNING", "in progress", "SUCCESS", "REVOKED", "PAUSED"]
+)
+def test_a_known_state_says_so(word):
+    assert CrewStatus.from_response({"state": word}).state_known is True
+    assert status.known_state(word) is status.normalise_state(word)
+
+
+def test_a_status_built_in_code_counts_as_known():
+    assert CrewStatus(state=CrewState.RUNNING).state_known is True
+    assert status.known_state("QUARANTINED") is None
+    assert status.normalise_state("QUARANTINED") is CrewState.RUNNING
 
 
 @pytest.mark.parametrize(
