@@ -107,13 +107,18 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :xcom webhooks: The task, step and crew webhook URLs this kickoff gave (no credentials), for
         ``CrewResumeOperator`` to send again at resume.
     :xcom result: When the wait ends with the execution finished: its final output, a ``dict``
-        when the crew returns structured output (``result_json``), else a string. Not pushed when
-        the task ends at a pause, so pulling it then gives ``None``.
+        when the crew returns structured output (``result_json``), else a string; stored here only.
+        ``None`` when the task ends at a pause or does not wait (not pushed: pulling it, or
+        ``task.output["result"]``, gives ``None``).
     :xcom human_input: When the wait ends at a pause (``on_human_input="return"``):
-        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task.
+        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
+        wait ends with the execution finished, or the task does not wait.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
         ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
-    :xcom status: When waiting: the last status record, as the service sent it.
+        ``None`` at a pause, without waiting, or when the service reports no token counts.
+    :xcom status: When waiting: the last status record, as the service sent it, less the final
+        output (``result``, ``result_json``, and the last task's ``output`` when it is that output),
+        which is stored once, in ``result``. ``None`` without waiting.
     :xcom execution_url: The execution's page, when the connection has an execution page URL
         template; pushed right after the kickoff. The task's "Crew execution" link opens it.
     """

@@ -31,7 +31,8 @@ class CrewReviewResultOperator(ReviewTaskBase):
     :xcom review_history: Every round's record, in order.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
         ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
-    :xcom status: The last status record.
+    :xcom status: The last status record; at the end, less the final output, which is stored once,
+        in ``result``.
     """
 
     ui_color = "#e9d8fd"

@@ -38,7 +38,7 @@ from airflow_provider_crew.operators.base import (
 )
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS, shorten
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 self._collect_earlier_answer(context, kickoff_id, status)  # defers, like _ask parks
             self._ask(context, kickoff_id, status)  # parks: returns only through execute_review
         if status is not None:
-            context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
+            context["ti"].xcom_push(key=XCOM_STATUS, value=record_without_output(status))
         if not self._rounds_before(context, self.round_task_ids[: self.round_number - 1]):
             self.log.warning(
                 "Crew execution %s finished without pausing for human input: nothing was reviewed. "

@@ -129,7 +129,9 @@ class CrewStatusTrigger(BaseTrigger):
     ``TaskSuccessEvent``, after pushing the XComs the worker would have pushed (the kickoff id as
     return value, ``result`` or ``human_input``, ``status``, ``usage``; :func:`push_xcoms`). No
     worker starts and Airflow's deferral race cannot happen, so nothing is held back. Any other end
-    resumes the task on a worker (``execute_complete``), held until ``not_before``.
+    resumes the task on a worker (``execute_complete``), held until ``not_before``, with an event
+    (:class:`~airflow_provider_crew.waiting.rules.CrewWaitEvent`) that carries the last status record
+    and, at a SUCCEEDED end, the final output once: the record comes without its copies of it.
 
     Every kwarg is a JSON primitive and none is a secret: the token is looked up from the
     connection, asynchronously, when the trigger runs. Deadlines are absolute (epoch seconds), so a

@@ -13,7 +13,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from airflow_provider_crew.exceptions import (
     CrewRedirectError,
     CrewResponseTooLargeError,
 )
-from airflow_provider_crew.status import CrewState, CrewStatus
+from airflow_provider_crew.status import UNKNOWN_STATE_TREATMENT, CrewState, CrewStatus
 
 if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
@@ -98,12 +98,14 @@ class Outcome(str, enum.Enum):
 
 
 class CrewWaitEvent(BaseModel):
-    """The payload of the trigger's one event; ``execute_complete`` validates it with this model."""
+    """The payload of the trigger's one event; ``execute_complete`` validates it with this model.
+    At a SUCCEEDED end the output travels once: ``output``, beside a ``record`` less its copies."""
 
     outcome: Outcome
     kickoff_id: str
     message: str
-    record: dict[str, Any] | None = None  # the last status record read, as the service sent it
+    record: dict[str, Any] | None = None  # the last status record read (:func:`record_without_output`)
+    output: Any = None  # the final output, at a SUCCEEDED end only; absent, ``record`` holds it
     # A woken wait's trigger arguments: the wait goes on from them, its deadlines unchanged.
     wait: dict[str, Any] | None = None
 
@@ -120,20 +122,40 @@ class CrewWaitEvent(BaseModel):
 
     @classmethod
     def from_result(cls, kickoff_id: str, result: WaitResult) -> CrewWaitEvent:
-        return cls(
-            outcome=result.outcome,
-            kickoff_id=kickoff_id,
-            message=result.message,
-            record=result.last_status.raw if result.last_status is not None else None,
-        )
+        status, fields = result.last_status, {}
+        if status is not None and status.state is CrewState.SUCCEEDED:
+            fields = {"record": record_without_output(status), "output": status.output}
+        elif status is not None:
+            fields = {"record": status.raw}
+        return cls(outcome=result.outcome, kickoff_id=kickoff_id, message=result.message, **fields)
 
     def payload(self) -> dict[str, Any]:
-        """The event as JSON values, as a trigger fires it (``wait`` only in a wake)."""
-        return self.model_dump(mode="json", exclude={"wait"} if self.wait is None else None)
+        """The event as JSON values, as a trigger fires it (``wait`` and ``output`` only when set)."""
+        exclude = {name for name in ("wait", "output") if name not in self.model_fields_set}
+        return self.model_dump(mode="json", exclude=exclude or None)
 
     def to_result(self) -> WaitResult:
         last_status = CrewStatus.from_response(self.record) if self.record is not None else None
+        if last_status is not None and "output" in self.model_fields_set:
+            last_status = last_status.model_copy(update={"output": self.output})
         return WaitResult(outcome=self.outcome, message=self.message, last_status=last_status)
+
+
+def record_without_output(status: CrewStatus) -> dict[str, Any]:
+    """``status.raw`` less the copies of the final output, which XCom ``result`` holds once: at a
+    SUCCEEDED end, no ``result`` or ``result_json``, and no ``last_executed_task.output`` when that
+    is the output (read from there, or a copy). Any other record is whole (a pause's output stays)."""
+    record = dict(status.raw)
+    if status.state is not CrewState.SUCCEEDED:
+        return record
+    result = record.pop("result", None)
+    copies = [status.output, record.pop("result_json", None), result]
+    copies += [result.get("output")] if isinstance(result, Mapping) else []
+    last_task = record.get("last_executed_task")
+    last_output = last_task.get("output") if isinstance(last_task, Mapping) else None
+    if isinstance(last_task, Mapping) and last_output not in (None, "") and last_output in copies:
+        record["last_executed_task"] = {k: v for k, v in last_task.items() if k != "output"}
+    return record
 
 
 @dataclass(slots=True)
@@ -190,14 +212,17 @@ def next_poll_interval(current: float, maximum: float) -> float:
 
 
 class StateChangeLogger:
-    """Logs one line per state change, not one per poll."""
+    """Logs one line per state change, not one per poll, and warns once per wait of a state word the
+    client does not know (to the wait's own log: the task's, or the trigger's, which Airflow routes
+    to the task's)."""
 
-    __slots__ = ("_kickoff_id", "_last", "_log")
+    __slots__ = ("_kickoff_id", "_last", "_log", "_warned_unknown_state")
 
     def __init__(self, log: logging.Logger | Any, kickoff_id: str) -> None:
         self._log = log
         self._kickoff_id = kickoff_id
         self._last: tuple[Any, ...] | None = None
+        self._warned_unknown_state = False
 
     def __call__(self, status: CrewStatus) -> None:
         progress = status.progress
@@ -210,6 +235,15 @@ class StateChangeLogger:
         if key != self._last:
             self._last = key
             self._log.info("Crew execution %s: %s", self._kickoff_id, status.describe())
+        if not status.state_known and not self._warned_unknown_state:
+            self._warned_unknown_state = True
+            if status.raw_state:
+                what = f"state {status.raw_state!r}, which this client does not know"
+            else:
+                what = "no state word (no text in its 'state' or 'status')"
+            self._log.warning(
+                "Crew execution %s reports %s; %s.", self._kickoff_id, what, UNKNOWN_STATE_TREATMENT
+            )
 
 
 class WaitResult(BaseModel):

@@ -42,7 +42,7 @@ from airflow_provider_crew.waiting.rules import (
     WaitResult,
     wait_blocking,
 )
-from airflow_provider_crew.waiting.xcom import end_log_line, result_xcoms
+from airflow_provider_crew.waiting.xcom import crew_output, end_log_line, result_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -123,6 +123,12 @@ class CrewWaitMixin:
     deferrable: bool
     log: Any
     crew_execution: FollowedExecution | None = None
+
+    @property
+    def output(self) -> Any:
+        """This task's XComArg: a key its wait's end may leave out (``result``, ``human_input``,
+        ``usage``, ``status``) resolves to None when absent, as ``xcom_pull`` gives it."""
+        return crew_output(self)
 
     # -- the execution this task follows -----------------------------------------------------------
 

@@ -1,20 +1,24 @@
 """What the end of a wait pushes to XCom, and the log line that says so, without I/O.
 
-The worker pushes these keys one by one; a trigger that ends its task itself sends the same keys and
-values with its event (:mod:`airflow_provider_crew.triggers.crew`).
+The worker pushes these keys one by one; a trigger that ends its task itself pushes the same keys and
+values (:mod:`airflow_provider_crew.triggers.crew`). A key a wait's end may leave out reads as None
+downstream, whether pulled (``xcom_pull``) or taken as an XComArg (:func:`crew_output`).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import Outcome, WaitResult
+from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
 
 XCOM_RESULT = "result"
 XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"
 XCOM_USAGE = "usage"
+#: The keys a wait's end pushes only in some ends: absent, they read as None, also as XComArgs.
+NONE_WHEN_ABSENT = frozenset({XCOM_RESULT, XCOM_STATUS, XCOM_HUMAN_INPUT, XCOM_USAGE})
 OUTPUT_LOG_LIMIT = 2000
 
 
@@ -34,16 +38,21 @@ def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
 
 
 def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
-    """What a wait that ended finished or paused pushes to XCom, by key, and the log line that says so.
+    """What a wait that ended finished or paused pushes to XCom, by key.
 
-    ``status`` (the last record), then ``human_input`` at a pause, or ``usage`` (when the service
-    reported it) and ``result`` (the final output) at the end. The worker pushes them one by one; a
-    trigger that ends the task itself sends them with its event: the same keys and values either way.
+    ``status`` (the last record, less the final output: :func:`~.rules.record_without_output`), then
+    ``human_input`` at a pause, or ``usage`` (when the service reported it) and ``result`` (the final
+    output, stored once) at the end. The worker pushes them one by one; a trigger that ends the task
+    itself pushes them too: the same keys and values either way.
+
+    A key not named here is not pushed, not pushed as None: Airflow reads a None XCom as a missing one
+    anyway (an XComArg of it still raises ``XComNotFound``), and Airflow 3.0 refuses to store one (422).
+    :func:`crew_output` is what makes a missing key read as None.
     """
     status = result.last_status
     xcoms: dict[str, Any] = {}
     if status is not None:
-        xcoms[XCOM_STATUS] = status.raw
+        xcoms[XCOM_STATUS] = record_without_output(status)
     if result.outcome is Outcome.PAUSED and status is not None:
         xcoms[XCOM_HUMAN_INPUT] = paused_task(status, kickoff_id)
         return xcoms
@@ -64,3 +73,44 @@ def end_log_line(kickoff_id: str, result: WaitResult) -> str:
         )
     output = shorten(status.output if status is not None else None, rest="more characters in XCom")
     return f"Crew execution {kickoff_id} succeeded. Output:\n{output}"
+
+
+def crew_output(operator: Any, key: str = "return_value") -> Any:
+    """``operator.output`` for a crew task: an XComArg whose keys in :data:`NONE_WHEN_ABSENT` resolve
+    to None when the task did not push them, as ``ti.xcom_pull`` gives None.
+
+    Airflow's own XComArg raises ``XComNotFound`` for a missing key other than ``return_value``, so a
+    TaskFlow task taking ``kickoff.output["result"]`` would fail when the kickoff ended at a pause
+    (and one taking ``["human_input"]`` when it ended finished). Any other missing key still raises:
+    a misspelt key fails. Serialised, it is Airflow's plain XComArg (the scheduler reads it as one).
+    """
+    return _crew_xcom_arg_class()(operator=operator, key=key)
+
+
+@functools.cache
+def _crew_xcom_arg_class() -> type:
+    """The XComArg class, built on first use: DAG files that never read ``.output`` import no more."""
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg
+
+    try:
+        from airflow.sdk.exceptions import XComNotFound
+    except ImportError:  # pragma: no cover - Airflow 3.0 keeps it in airflow.exceptions
+        from airflow.exceptions import XComNotFound  # type: ignore[no-redef]
+
+    class CrewXComArg(PlainXComArg):  # type: ignore[misc, valid-type]
+        """A crew task's output: a missing key of :data:`NONE_WHEN_ABSENT` resolves to None."""
+
+        def __getitem__(self, item: str) -> Any:
+            super().__getitem__(item)  # Airflow's check of the key
+            return type(self)(operator=self.operator, key=item)
+
+        def resolve(self, context: Any) -> Any:
+            try:
+                return super().resolve(context)
+            except XComNotFound:
+                if self.key in NONE_WHEN_ABSENT:
+                    return None
+                raise
+
+    CrewXComArg.__module__, CrewXComArg.__qualname__ = __name__, "CrewXComArg"
+    return CrewXComArg

@@ -100,7 +100,7 @@ def test_execute_complete_pushes_output_and_status_and_returns_the_kickoff_id():
     record = {"state": "SUCCESS", "result": "text", "result_json": {"answer": 42}}
     assert op.execute_complete({"ti": ti}, event("succeeded", record)) == KICKOFF_ID
     assert ti.xcom["result"] == {"answer": 42}
-    assert ti.xcom["status"] == record
+    assert ti.xcom["status"] == {"state": "SUCCESS"}  # the output is stored once, in result
 
 
 def test_execute_complete_on_pause_hands_the_paused_task_downstream():

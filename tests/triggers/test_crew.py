@@ -212,7 +212,11 @@ async def test_run_fires_succeeded_with_the_record(crew_service, connect):
     assert event.kickoff_id == kickoff_id
     execution = crew_service.executions[kickoff_id]
     assert event.record["state"] == "SUCCESS"
-    assert event.record["result"] == execution["result"]
+    # The final output travels once, beside the record, which keeps none of its copies.
+    assert event.output == execution["result"]
+    assert "result" not in event.record and "result_json" not in event.record
+    assert "output" not in event.record["last_executed_task"]
+    assert json.dumps(event.payload()).count(execution["result"][:80]) == 1
     assert event.to_result().last_status.output.startswith("reporting_task by Reporting Analyst")
 
 
@@ -298,6 +302,8 @@ async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_
     assert xcoms["result"] == execution["result"]
     assert xcoms["status"]["state"] == "SUCCESS"
     assert set(xcoms) <= {"return_value", "result", "status", "usage"}
+    # The output is stored once: in "result", not again in the status record.
+    assert json.dumps(xcoms).count(execution["result"][:80]) == 1
 
 
 @pytest.mark.integration

@@ -228,6 +228,48 @@ def test_state_changes_are_logged_once_not_per_poll(caplog):
     assert lines == ["Crew execution k1: RUNNING", "Crew execution k1: SUCCESS"]
 
 
+UNKNOWN_WARNING = (
+    "Crew execution k1 reports state 'QUARANTINED', which this client does not know; treated as still "
+    "running; the wait ends at its timeout unless the state changes."
+)
+
+
+def warnings_in(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "test" and r.levelno == logging.WARNING]
+
+
+def test_an_unknown_state_is_warned_of_once_per_wait_in_the_waits_own_log(caplog):
+    """The local service's ``unknown_state`` fault answers QUARANTINED: the wait polls on, and says so
+    once in its own log (the task's, or the trigger's), naming the word and how it is treated."""
+    with caplog.at_level(logging.INFO):
+        polls = [status("QUARANTINED")] * 3 + [status("RUNNING")] + [status("QUARANTINED")] * 50
+        result, calls, _ = run(polls, timeout=120)
+        assert result.outcome is Outcome.TIMEOUT and len(calls) > 5
+        assert warnings_in(caplog) == [UNKNOWN_WARNING]
+        # Not on the module's logger (the triggerer's own log), as before.
+        assert not [r for r in caplog.records if r.name.startswith("airflow_provider_crew")]
+
+        caplog.clear()
+        run([status("QUARANTINED"), status("SUCCESS")])  # the next wait (another Poller) says it again
+        assert warnings_in(caplog) == [UNKNOWN_WARNING]
+
+
+def test_a_record_without_a_state_word_is_warned_of_too(caplog):
+    with caplog.at_level(logging.INFO, logger="test"):
+        run([CrewStatus.from_response({"progress": {}}), status("SUCCESS")])
+    assert warnings_in(caplog) == [
+        "Crew execution k1 reports no state word (no text in its 'state' or 'status'); treated as still "
+        "running; the wait ends at its timeout unless the state changes."
+    ]
+
+
+def test_known_states_are_never_warned_of(caplog):
+    with caplog.at_level(logging.INFO, logger="test"):
+        run([status("PENDING"), status("STARTED"), status("PAUSED"), status("RUNNING"), status("SUCCESS")])
+        run([status("RUNNING"), status("FAILED")])
+    assert warnings_in(caplog) == []
+
+
 def test_event_round_trip_and_validation():
     result = WaitResult(outcome=Outcome.SUCCEEDED, message="ok", last_status=status("SUCCESS", result="r"))
     payload = CrewWaitEvent.from_result("k1", result).payload()
@@ -235,7 +277,8 @@ def test_event_round_trip_and_validation():
         "outcome": "succeeded",
         "kickoff_id": "k1",
         "message": "ok",
-        "record": {"state": "SUCCESS", "result": "r"},
+        "record": {"state": "SUCCESS"},
+        "output": "r",  # once: the record carries no copy
     }
     back = CrewWaitEvent.parse(payload).to_result()
     assert (back.outcome, back.last_status.output) == (Outcome.SUCCEEDED, "r")
