@@ -107,3 +107,40 @@ def test_a_pause_under_on_human_input_fail_fails_once_without_starting_another_e
     assert f"Crew execution {kickoff_id} paused for human input" in said
     assert "fails without retry" in said
     assert not first_try_failed(retries_home, "crew_pause_fails")  # no second try was ever made
+
+
+SLOW_REVIEW = {
+    "name": "slow_review",
+    "inputs": ["topic"],
+    "pending_seconds": 0.05,
+    "step_seconds": 2,
+    "tasks": [
+        {"name": "draft_task", "agent": "Writer", "steps": 2, "human_input": True},
+        {"name": "publish_task", "agent": "Editor", "steps": 1},
+    ],
+}
+
+
+@pytest.mark.crew_service(SLOW_REVIEW)
+def test_a_retry_of_a_resume_whose_feedback_went_through_does_not_send_it_again(
+    retries_home, crew_service, crew_webhooks
+):
+    env = airflow_env(retries_home, DAGS)
+    env.update(crew_service.connection_env("crew_default", crew="slow_review", retry_limit=0, retry_budget=0))
+    env["AIRFLOW_CONN_HUMAN_HOOK"] = json.dumps(
+        {"conn_type": "generic", "host": crew_webhooks.url_for("human"), "password": "hook-token-2"}
+    )
+
+    result = dags_test("crew_resume_retry", env, check=False)
+
+    assert result.state == "success", result.stdout[-4000:]
+    assert result.task_states() == {("kickoff", -1): "success", ("reject", -1): "success"}
+    assert "Timed out waiting for crew execution" in result.stdout  # try 1 ended during the redo
+    assert first_try_failed(retries_home, "crew_resume_retry")
+    (kickoff_id,) = crew_service.executions
+    assert crew_service.request_count("resume") == 1  # the feedback was sent once
+    assert len(crew_service.executions[kickoff_id]["feedback"]) == 1  # and the crew redid its draft once
+    assert (
+        "Not sending the feedback again" in result.stdout
+        or "An earlier try of this task sent" in result.stdout
+    )

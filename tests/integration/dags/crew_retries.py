@@ -8,6 +8,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
+from airflow_provider_crew.operators.resume import CrewResumeOperator
 
 DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -54,4 +55,29 @@ with two_retries("crew_pause_fails"):
         human_input_webhook_conn_id="human_hook",
         on_human_input="fail",
         deferrable=False,
+    )
+
+with DAG("crew_resume_retry", schedule=None, start_date=START, catchup=False):
+    # The crew pauses on its draft; the resume rejects it, and its try times out (3 s) while the crew
+    # redoes the draft (4 s): the retry must follow the execution, not send the feedback again.
+    paused = CrewKickoffOperator(
+        task_id="kickoff",
+        inputs={"topic": "retries"},
+        human_input_webhook_conn_id="human_hook",
+        poll_interval=0.5,
+        max_poll_interval=0.5,
+        deferrable=False,
+    )
+    CrewResumeOperator(
+        task_id="reject",
+        kickoff_id=paused.output,
+        crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
+        human_feedback="Shorter, please",
+        is_approve=False,
+        timeout=3,
+        poll_interval=0.5,
+        max_poll_interval=0.5,
+        deferrable=False,
+        retries=2,
+        retry_delay=timedelta(seconds=1),
     )
