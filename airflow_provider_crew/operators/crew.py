@@ -11,8 +11,10 @@ from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
+    CrewError,
     CrewKickoffNotRecordedError,
     CrewNotFoundError,
+    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.human_input import human_input_webhook
@@ -270,15 +272,26 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         wake = self._webhook_wake(context, hook)
         self._claim_kickoff(context, records)
         # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
-        # start a second, paid execution.
-        kickoff_id = hook.kickoff(
-            self.inputs,
-            meta=self.meta,
-            task_webhook_url=self.task_webhook_url or None,
-            step_webhook_url=self.step_webhook_url or None,
-            crew_webhook_url=wake.crew_webhook_url if wake is not None else (self.crew_webhook_url or None),
-            human_input_webhook=pause_webhook,
-        )
+        # start a second, paid execution. The claim stays then, and when the try is stopped mid-request.
+        try:
+            kickoff_id = hook.kickoff(
+                self.inputs,
+                meta=self.meta,
+                task_webhook_url=self.task_webhook_url or None,
+                step_webhook_url=self.step_webhook_url or None,
+                crew_webhook_url=wake.crew_webhook_url
+                if wake is not None
+                else (self.crew_webhook_url or None),
+                human_input_webhook=pause_webhook,
+            )
+        except CrewOutcomeUnknownError:
+            raise
+        except CrewError:  # the request was refused or never sent: nothing started, a retry may send it
+            try:
+                records.delete(self.CLAIM_KEY)
+            except Exception as error:  # the claim stays: a retry then fails as for an unknown outcome
+                self.log.warning("Could not drop this try's kickoff claim: %s", error)
+            raise
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
         return kickoff_id
@@ -335,13 +348,14 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         previous = records.get(self.STATE_KEY)
         claim = records.get(self.CLAIM_KEY)
         if not previous and claim:
-            # Said loudly, never silently: the earlier try may have started an execution unrecorded.
-            self.log.warning(
-                "Try %s of this task set out to start a crew execution and was stopped before it "
-                "recorded the execution's id. If the service started one, it runs unclaimed: look for it "
-                "at the service (meta %s). Starting a new execution.",
-                claim.get("try_number", "?"),
-                self.meta or {},
+            # The earlier try was stopped during POST /kickoff (or its outcome was unknown): an execution
+            # may be running. Nothing tells it from a request that never arrived, so none is started.
+            raise CrewOutcomeUnknownError(
+                f"Try {claim.get('try_number', '?')} of this task set out to start a crew execution and was "
+                "stopped before it recorded the execution's id: the service may have started one, which "
+                f"then runs unclaimed (look for it at the service, meta {self.meta or {}}). This retry "
+                "starts none, so that nothing is started twice; it fails without retry. Clear the task to "
+                "start a new execution."
             )
         kickoff_id = previous.get("kickoff_id") if previous else None
         if isinstance(kickoff_id, str) and kickoff_id:

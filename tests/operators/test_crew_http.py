@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
@@ -11,7 +10,9 @@ from airflow_provider_crew._compat import AirflowFailException
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
     CrewConfigurationError,
+    CrewError,
     CrewKickoffNotRecordedError,
+    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import base as operators_base
@@ -260,20 +261,38 @@ def test_a_try_airflow_no_longer_runs_starts_nothing(crew_service, crew_connecti
     assert crew_service.request_count("kickoff") == 0
 
 
-def test_a_retry_after_an_unrecorded_claim_says_so_and_starts_anew(
-    crew_service, crew_connection, monkeypatch, caplog
+def test_a_retry_after_an_unrecorded_claim_starts_nothing_and_fails_without_retry(
+    crew_service, crew_connection, monkeypatch
 ):
+    # Try 1 was stopped during POST /kickoff: the service may have started an execution. The retry
+    # cannot tell, so it starts none (nothing twice) and says what to do.
     store = FakeStateStore()
     store.values[CrewKickoffOperator.CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
     op = _kickoff_operator(store, monkeypatch, wait_for_completion=False, meta={"job": "nightly"})
-    # Airflow's task logger does not reach caplog: read the operator's warnings from a plain logger.
-    monkeypatch.setattr(CrewKickoffOperator, "log", property(lambda self: logging.getLogger("tests.kickoff")))
-    with caplog.at_level("WARNING", logger="tests.kickoff"):
-        kickoff_id = op.execute({"ti": FakeTI(try_number=2)})
-    assert "Try 1 of this task set out to start a crew execution" in caplog.text
-    assert "{'job': 'nightly'}" in caplog.text
-    assert crew_service.request_count("kickoff") == 1 and list(crew_service.executions) == [kickoff_id]
-    assert store.values[CrewKickoffOperator.CLAIM_KEY]["try_number"] == 2  # its own claim
+    with pytest.raises(CrewOutcomeUnknownError) as caught:
+        op.execute({"ti": FakeTI(try_number=2)})
+    message = str(caught.value)
+    assert isinstance(caught.value, AirflowFailException)
+    assert "Try 1 of this task set out to start a crew execution" in message
+    assert "{'job': 'nightly'}" in message and "Clear the task to start a new execution" in message
+    assert crew_service.request_count("kickoff") == 0
+    # A cleared task (max_tries raised) starts anew: the claim belongs to the earlier run.
+    kickoff_id = op.execute({"ti": FakeTI(try_number=3, max_tries=2)})
+    assert list(crew_service.executions) == [kickoff_id]
+
+
+def test_a_refused_kickoff_drops_its_claim_so_that_its_retry_sends_it(
+    crew_service, crew_connection, monkeypatch
+):
+    crew_service.faults.error(422, count=1, endpoint="kickoff", retry_after=None)
+    store = FakeStateStore()
+    with pytest.raises(CrewError, match="422"):
+        _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
+    assert CrewKickoffOperator.CLAIM_KEY not in store.values  # refused: nothing started
+    kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute(
+        {"ti": FakeTI(try_number=2)}
+    )
+    assert list(crew_service.executions) == [kickoff_id]
 
 
 class ResultPushDownTI(FakeTI):
