@@ -102,6 +102,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def xcom_not_found() -> type[Exception]:
+    """Airflow's ``XComNotFound`` (``airflow.sdk.exceptions`` from 3.1, ``airflow.exceptions`` in 3.0)."""
+    try:
+        from airflow.sdk.exceptions import XComNotFound
+    except ImportError:  # Airflow 3.0
+        from airflow.exceptions import XComNotFound  # type: ignore[no-redef,attr-defined]
+    return XComNotFound  # type: ignore[no-any-return]
+
+
 def task_success_listeners() -> bool:
     """Whether a listener (OpenLineage's, a plugin's) is registered to see tasks succeed in their worker
     (``on_task_instance_success``); the listener manager moved to the task SDK in 3.2."""
@@ -147,4 +156,5 @@ __all__ = [
     "task_awaiting_input",
     "task_state_store",
     "task_success_listeners",
+    "xcom_not_found",
 ]

@@ -92,10 +92,9 @@ def _crew_xcom_arg_class() -> type:
     """The XComArg class, built on first use: DAG files that never read ``.output`` import no more."""
     from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
-    try:
-        from airflow.sdk.exceptions import XComNotFound
-    except ImportError:  # pragma: no cover - Airflow 3.0 keeps it in airflow.exceptions
-        from airflow.exceptions import XComNotFound  # type: ignore[no-redef]
+    from airflow_provider_crew._compat import xcom_not_found
+
+    XComNotFound = xcom_not_found()
 
     class CrewXComArg(PlainXComArg):  # type: ignore[misc, valid-type]
         """A crew task's output: a missing key of :data:`NONE_WHEN_ABSENT` resolves to None."""

@@ -194,9 +194,9 @@ def test_a_key_a_wait_may_leave_out_resolves_to_none(kickoff, key):
 
 
 def test_any_other_missing_key_still_fails(kickoff):
-    from airflow.sdk.exceptions import XComNotFound
+    from airflow_provider_crew._compat import xcom_not_found
 
-    with pytest.raises(XComNotFound):
+    with pytest.raises(xcom_not_found()):
         crew_output(kickoff)["reslt"].resolve({"ti": FakeTI({})})
     assert crew_output(kickoff).resolve({"ti": FakeTI({})}) is None  # return_value, as Airflow does
 
