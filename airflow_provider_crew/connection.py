@@ -242,6 +242,7 @@ class CrewConnectionConfig:
     execution_url_template: str | None = None
     wake_by_webhook: bool = False
     safety_poll_interval: float = 300.0
+    stop_executions: bool = True
 
     @classmethod
     def from_connection_fields(
@@ -288,6 +289,7 @@ class CrewConnectionConfig:
                 execution_url_template=_execution_url_template(extra),
                 wake_by_webhook=_boolean(extra, "wake_by_webhook"),
                 safety_poll_interval=float(_number(extra, "safety_poll_interval")),
+                stop_executions=_boolean(extra, "stop_executions"),
             )
         except CrewConnectionError as error:
             if conn_id is None:

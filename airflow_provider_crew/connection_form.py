@@ -99,6 +99,13 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "'auto': learn which one the service answers.",
         "schema": {"type": ["string", "null"], "enum": [s.value for s in StatusPathStyle], "default": "auto"},
     },
+    "stop_executions": {
+        "label": "Stop executions nobody waits for",
+        "description": "Stop an execution (POST /stop/{kickoff_id}) when the task that owns it is killed, "
+        "times out, is marked failed or success, or is cleared. A service without /stop is noted once "
+        "and left alone. Off: such executions run on.",
+        "schema": {"type": ["boolean", "null"], "default": True},
+    },
     "wake_by_webhook": {
         "label": "Wake waits by webhook",
         "description": "The crew's completion and pause webhooks wake deferred waits through Airflow's "

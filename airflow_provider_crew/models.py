@@ -206,6 +206,25 @@ class ResumeResult(BaseModel):
         return value.strip().lower() if isinstance(value, str) else value
 
 
+class StopOutcome(str, enum.Enum):
+    """What ``POST /stop/{kickoff_id}`` did (not in the contract; crewAI's hosted service has it)."""
+
+    STOPPED = "stopped"
+    ALREADY_FINISHED = "already finished"
+    NOT_SUPPORTED = "not supported by this service"
+    UNKNOWN = "unknown"
+
+
+class StopResult(BaseModel):
+    """The answer to a stop: what happened, and the service's words or the error."""
+
+    outcome: StopOutcome
+    detail: str = ""
+
+    def describe(self) -> str:
+        return f"{self.outcome.value} ({self.detail})" if self.detail else self.outcome.value
+
+
 def parse_inputs_response(body: Any) -> list[str]:
     """Normalise every observed ``GET /inputs`` shape to a list of input names.
 
@@ -279,6 +298,8 @@ __all__ = [
     "ResumeResult",
     "ResumeStatus",
     "ServiceError",
+    "StopOutcome",
+    "StopResult",
     "WebhookAuthentication",
     "check_webhook_url",
     "parse_inputs_response",

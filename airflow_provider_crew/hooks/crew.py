@@ -43,12 +43,16 @@ if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
     from airflow_provider_crew.hooks.client.request import Call
     from airflow_provider_crew.hooks.client.response import Response
-    from airflow_provider_crew.models import HumanInputWebhook, KickoffResponse, ResumeResult
+    from airflow_provider_crew.models import HumanInputWebhook, KickoffResponse, ResumeResult, StopResult
     from airflow_provider_crew.status import CrewStatus
 
 # How long a connection looked up for the waits of an event loop is used before it is looked up
 # again: a rotated token or a moved service is picked up within this long.
 CONNECTION_TTL_SECONDS = 60.0
+
+# How long a stop may take, retries included: it runs while Airflow kills the task (on_kill) or
+# cancels its trigger, which wait for it only so long.
+STOP_PATIENCE_SECONDS = 15.0
 
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
 KICKOFF_IF_UNKNOWN = "an execution may have started and may be running"
@@ -302,6 +306,42 @@ class CrewHook(BaseHook):
             crew_webhook_url=crew_webhook_url,
         )
         return result
+
+    def stop(self, kickoff_id: str) -> StopResult:
+        """``POST /stop/{kickoff_id}``: stop an execution (not in the contract; crewAI's hosted service
+        has it). Never raises: says what happened (stopped, already finished, not supported by this
+        service, unknown), within :data:`STOP_PATIENCE_SECONDS`.
+
+        :param kickoff_id: The execution.
+        """
+        from airflow_provider_crew.hooks.client.request import stop_call
+        from airflow_provider_crew.hooks.client.response import read_stop_answer
+        from airflow_provider_crew.models import StopOutcome, StopResult
+
+        try:
+            call = stop_call(self.config, kickoff_id)
+            response = self._send(call, retry_limit=1, deadline=time.time() + STOP_PATIENCE_SECONDS)
+        except CrewError as error:
+            return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
+        return read_stop_answer(response)
+
+    async def astop(self, kickoff_id: str) -> StopResult:
+        """:meth:`stop` for triggers, without blocking the event loop."""
+        from airflow_provider_crew.hooks.client.request import USER_AGENT, stop_call
+        from airflow_provider_crew.hooks.client.response import read_stop_answer
+        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
+        from airflow_provider_crew.hooks.client.transport import AsyncTransport
+        from airflow_provider_crew.models import StopOutcome, StopResult
+
+        try:
+            config = self._with_overrides((await shared_connection(self.crew_conn_id)).config)
+            call = stop_call(config, kickoff_id)
+            deadline = time.time() + STOP_PATIENCE_SECONDS
+            policy = RetryPolicy(call, config, deadline=deadline, max_retries=1, clock=self._clock)
+            response = await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+        except CrewError as error:
+            return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
+        return read_stop_answer(response)
 
     # -- Airflow's Test action -------------------------------------------------------------------
 

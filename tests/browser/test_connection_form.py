@@ -51,6 +51,7 @@ SAMPLE_VALUES: dict[str, Any] = {
     "execution_url_template": "https://app.example.test/executions/{kickoff_id}",
     "wake_by_webhook": True,
     "safety_poll_interval": 120,
+    "stop_executions": False,
 }
 # The toasts region: "Notifications, bottom-end (alt+T)" on 3.3, "bottom-end Notifications alt+T" on 3.2.
 NOTIFICATIONS = re.compile(r"\bNotifications\b")

@@ -662,3 +662,46 @@ def test_an_extra_that_is_not_a_json_object_fails_naming_the_connection_or_the_p
     ):
         webhook_connection_extra(SimpleNamespace(conn_id="hook_x", extra=raw), "hook_x")
     assert connection_extra(SimpleNamespace(conn_id="crew_x", extra="")) == {}
+
+
+# -- stop (not in the contract; crewAI's hosted service has POST /stop/{kickoff_id}) -------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome", "detail"),
+    [
+        (200, {"status": "stopped", "kickoffId": KICKOFF_ID}, "stopped", ""),
+        (400, {"detail": "Cannot stop execution. Current state: SUCCESS"}, "already finished", "SUCCESS"),
+        (404, {"detail": "Not Found"}, "not supported by this service", "HTTP 404"),  # no such route
+        (405, {"detail": "Method Not Allowed"}, "not supported by this service", "HTTP 405"),
+        (404, {"detail": "Execution not found"}, "unknown", "Execution not found"),  # no such execution
+        (500, {"error": "Internal Server Error"}, "unknown", "HTTP 500"),
+    ],
+)
+def test_stop_says_what_happened_and_never_raises(hook, requests_mock, status, body, outcome, detail):
+    stop = requests_mock.post(f"{BASE_URL}/stop/{KICKOFF_ID}", status_code=status, json=body)
+    result = hook.stop(KICKOFF_ID)
+    assert result.outcome.value == outcome and detail in result.detail
+    assert stop.last_request.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert TOKEN not in result.describe()
+
+
+def test_stop_is_retried_once_like_a_read_and_an_unreachable_service_is_unknown(hook, requests_mock):
+    requests_mock.post(
+        f"{BASE_URL}/stop/{KICKOFF_ID}",
+        [{"status_code": 502, "text": "bad gateway"}, {"status_code": 200, "json": {"status": "stopped"}}],
+    )
+    assert hook.stop(KICKOFF_ID).outcome.value == "stopped"  # stopping twice does nothing more
+
+    requests_mock.post(f"{BASE_URL}/stop/{KICKOFF_ID}", exc=refused())
+    result = hook.stop(KICKOFF_ID)
+    assert result.outcome.value == "unknown" and "failed after 2 attempt(s)" in result.detail
+
+
+async def test_astop_answers_as_stop(crew_service, crew_connection):
+    from airflow_provider_crew.models import StopOutcome
+
+    kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    result = await CrewHook(crew_conn_id=crew_connection).astop(kickoff_id)
+    assert result.outcome in (StopOutcome.ALREADY_FINISHED, StopOutcome.NOT_SUPPORTED)

@@ -48,10 +48,11 @@ class Call:
     body: dict[str, Any] | None = None
     consequence: str = ""
     if_unknown: str = ""
+    repeatable: bool = False  # a POST that does nothing twice (a stop): retried as a GET is
 
     @property
     def idempotent(self) -> bool:
-        return self.method == "GET"
+        return self.method == "GET" or self.repeatable
 
     def explain(self, message: str, *, acted_on: bool = True) -> str:
         """``message`` followed by what the failure means for the caller.
@@ -119,6 +120,20 @@ def post_call(config: CrewConnectionConfig, path: str, body: dict[str, Any], *, 
         body=body,
         consequence=f"{if_unknown[:1].upper()}{if_unknown[1:]}; the {path.strip('/')} was not repeated.",
         if_unknown=if_unknown,
+    )
+
+
+def stop_call(config: CrewConnectionConfig, kickoff_id: str) -> Call:
+    """``POST /stop/{kickoff_id}``: stop an execution. Stopping twice does nothing more, so it may be
+    repeated like a GET (not in the contract: crewAI's hosted service has it)."""
+    path = f"/stop/{quote(kickoff_id, safe='')}"
+    return Call(
+        method="POST",
+        url=f"{config.base_url}{path}",
+        endpoint=f"POST {path}",
+        headers=request_headers(config, with_body=True),
+        body={},
+        repeatable=True,
     )
 
 

@@ -25,7 +25,7 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks.client.request import Call
-from airflow_provider_crew.models import ServiceError
+from airflow_provider_crew.models import ServiceError, StopOutcome, StopResult
 
 T = TypeVar("T")
 
@@ -84,6 +84,24 @@ def raise_for_response(call: Call, response: Response) -> None:
     if code >= 500:
         raise CrewServerError(message, **kwargs)
     raise CrewHTTPError(message, **kwargs)
+
+
+def read_stop_answer(response: Response) -> StopResult:
+    """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or 404 with
+    its framework's bare "Not Found" rather than its own "execution not found": not supported."""
+    code = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    said = ServiceError.from_body(body, response.text).message or ""
+    if code < 300:
+        return StopResult(outcome=StopOutcome.STOPPED, detail=said)
+    if code == 400:  # "Cannot stop execution. Current state: SUCCESS"
+        return StopResult(outcome=StopOutcome.ALREADY_FINISHED, detail=said)
+    if code == 405 or (code == 404 and said.strip().lower() in ("", "not found")):
+        return StopResult(outcome=StopOutcome.NOT_SUPPORTED, detail=f"HTTP {code}")
+    return StopResult(outcome=StopOutcome.UNKNOWN, detail=f"HTTP {code}: {said or 'no error message'}")
 
 
 def parse_json(call: Call, response: Response) -> Any:
