@@ -5,7 +5,8 @@ handler, and the service must serve thousands of polls per second on one core, s
 auth and JSON handling are written out here (and in :mod:`.asgi`). Faults are applied before
 authentication, the way a gateway in front of a real deployment would answer 429/503 without
 looking at the token; their answers are in :mod:`.fault_answers`, the ``/_control`` routes in
-:mod:`.control`.
+:mod:`.control`. ``POST /stop/{kickoff_id}`` can be switched off (``stop_endpoint``) to play an
+older or third-party service: "absent" answers it as an unknown path, "405" as a refused method.
 """
 
 from __future__ import annotations
@@ -35,17 +36,20 @@ from .asgi import (
 from .control import ControlAPI
 from .counters import Counters
 from .crew_spec import CrewSpec
-from .engine import Engine, ResumeError
+from .engine import Engine, ResumeError, StopError
 from .execution import HumanInputTarget
 from .fault_answers import drop_connection, fault_answer, send_hostile_answer, send_trickled
 from .faults import Faults
 from .webhooks import WebhookSender
 
-__all__ = ["STATUS_PATH_MODES", "Counters", "CrewServiceApp"]
+__all__ = ["STATUS_PATH_MODES", "STOP_ENDPOINT_MODES", "Counters", "CrewServiceApp"]
 
 log = logging.getLogger("airflow_provider_crew.testing")
 
 STATUS_PATH_MODES = ("contract", "deployed", "both")
+# "enabled": POST /stop/{id} stops executions; "absent": it is an unknown path (404, as for any
+# other); "405": it answers 405 Method Not Allowed (empty Allow: the resource allows no method).
+STOP_ENDPOINT_MODES = ("enabled", "absent", "405")
 WEBHOOK_FIELDS = {"taskWebhookUrl": "task", "stepWebhookUrl": "step", "crewWebhookUrl": "crew"}
 
 
@@ -130,6 +134,7 @@ class CrewServiceApp(ControlAPI):
         speed: float = 1.0,
         faults: Faults | None = None,
         webhook_timeout: float = 5.0,
+        stop_endpoint: str = "enabled",
     ) -> None:
         crew_list = list(crews)
         if not crew_list:
@@ -147,6 +152,7 @@ class CrewServiceApp(ControlAPI):
         self._org = org_token.encode()
         self._user = user_token.encode()
         self.status_path = status_path
+        self.stop_endpoint = stop_endpoint
         self.faults = faults if faults is not None else Faults()
         for crew in crew_list:
             for rule in crew.faults:
@@ -164,6 +170,16 @@ class CrewServiceApp(ControlAPI):
         if mode not in STATUS_PATH_MODES:
             raise ValueError(f"status_path must be one of {', '.join(STATUS_PATH_MODES)}, got {mode!r}")
         self._status_path = mode
+
+    @property
+    def stop_endpoint(self) -> str:
+        return self._stop_endpoint
+
+    @stop_endpoint.setter
+    def stop_endpoint(self, mode: str) -> None:
+        if mode not in STOP_ENDPOINT_MODES:
+            raise ValueError(f"stop_endpoint must be one of {', '.join(STOP_ENDPOINT_MODES)}, got {mode!r}")
+        self._stop_endpoint = mode
 
     # ---------------------------------------------------------------------------------------------
     # ASGI entry
@@ -216,6 +232,8 @@ class CrewServiceApp(ControlAPI):
         elif len(parts) == 2:
             if parts[0] == "status" and parts[1]:
                 return crew, "status", parts[1], "deployed"
+            if parts[0] == "stop" and parts[1] and self._stop_endpoint != "absent":
+                return crew, "stop", parts[1], None
             if parts[1] == "status" and parts[0]:
                 return crew, "status", parts[0], "contract"
         return crew, "other", None, None
@@ -311,7 +329,10 @@ class CrewServiceApp(ControlAPI):
         method = scope["method"]
         if endpoint == "other":
             raise HTTPError(404, f"No route for {method} {scope['path']}")
-        allowed = "POST" if endpoint in ("kickoff", "resume") else "GET"
+        if endpoint == "stop" and self._stop_endpoint == "405":
+            message = f"Method {method} not allowed for {scope['path']}"
+            return 405, error_body(405, message), JSON, [(b"allow", b"")]
+        allowed = "POST" if endpoint in ("kickoff", "resume", "stop") else "GET"
         if method != allowed and not (method == "HEAD" and allowed == "GET"):
             return (
                 405,
@@ -332,6 +353,9 @@ class CrewServiceApp(ControlAPI):
             return 200, b"Healthy", TEXT, []
         if endpoint == "inputs":
             return 200, json.dumps({"inputs": crew.input_names}).encode(), JSON, []
+        if endpoint == "stop":
+            assert kickoff_id is not None
+            return self._stop(kickoff_id)
         raw = await read_body(receive)
         data = _json_object(raw, header(scope, b"content-type"))
         if endpoint == "kickoff":
@@ -374,3 +398,14 @@ class CrewServiceApp(ControlAPI):
         except ResumeError as exc:
             raise HTTPError(exc.status_code, exc.message) from None
         return 200, json.dumps({"status": status, "message": message}).encode(), JSON, []
+
+    def _stop(self, kickoff_id: str) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
+        """The hosted service's answers: 200 stopped, 400 ``{"detail"}`` when finished, 404 unknown."""
+        try:
+            ex = self.engine.stop(kickoff_id)
+        except StopError as exc:
+            if exc.status_code == 400:  # in the hosted service's shape, word for word
+                return 400, json.dumps({"detail": exc.message}).encode(), JSON, []
+            raise HTTPError(exc.status_code, exc.message) from None
+        self.counters.stops.append(ex.kickoff_id)
+        return 200, json.dumps({"status": "stopped", "kickoffId": ex.kickoff_id}).encode(), JSON, []

@@ -101,6 +101,23 @@ def faults_from_args(args: argparse.Namespace) -> list[FaultRule]:
     return rules
 
 
+def _add_stop_endpoint_args(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--stop-endpoint",
+        choices=("enabled", "absent", "405"),
+        default="enabled",
+        help="POST /stop/{kickoff_id}: enabled (default); absent: 404 as an unknown path; 405: "
+        "method not allowed (an older or third-party service)",
+    )
+    serve.add_argument(
+        "--no-stop-endpoint",
+        dest="stop_endpoint",
+        action="store_const",
+        const="absent",
+        help="same as --stop-endpoint absent",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crew-service",
@@ -128,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--user-token", default=DEFAULT_USER_TOKEN, help="user bearer token")
     serve.add_argument("--speed", type=float, default=1.0, help="speed factor: 2 runs steps twice as fast")
     serve.add_argument("--webhook-timeout", type=float, default=5.0, help="seconds per webhook delivery")
+    _add_stop_endpoint_args(serve)
     serve.add_argument("--ready-file", help="write {base_url, tokens, pid} as JSON here once serving")
     faults = serve.add_argument_group(
         "faults", f"ENDPOINT is one of {', '.join(ENDPOINTS)} or * (all); N is a count (default 1)"
@@ -169,6 +187,12 @@ def _banner(app: Any, base_url: str) -> str:
         f"  organization token: {app.org_token}",
         f"  user token: {app.user_token}",
         f"  status path: {app.status_path} ({' and '.join(shown)})",
+        "  stop: "
+        + {
+            "enabled": "POST /stop/{kickoff_id}",
+            "absent": "absent (POST /stop/{kickoff_id} answers 404 as an unknown path)",
+            "405": "POST /stop/{kickoff_id} answers 405",
+        }[app.stop_endpoint],
     ]
     for rule in app.faults.rules:
         lines.append(f"  fault #{rule['id']}: {FaultRule.from_dict(_rule_fields(rule)).describe()}")
@@ -193,6 +217,7 @@ def _serve(args: argparse.Namespace) -> int:
             speed=args.speed,
             faults=rules,
             webhook_timeout=args.webhook_timeout,
+            stop_endpoint=args.stop_endpoint,
         )
     except (CrewDefinitionError, ValueError, TypeError) as exc:
         print(f"crew-service: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from .engine import Engine
 from .faults import FaultRule, Faults
 from .webhooks import WebhookSender
 
-__all__ = ["CONTROL_ROUTES", "ControlAPI"]
+__all__ = ["CONTROL_ROUTES", "SERVICE_ROUTES", "ControlAPI", "service_routes"]
 
 log = logging.getLogger("airflow_provider_crew.testing")
 
@@ -38,6 +38,23 @@ CONTROL_ROUTES = [
     "POST /_control/config",
 ]
 
+# The service's own routes (each also under /crews/<name>), listed by GET /_control as served now.
+SERVICE_ROUTES = [
+    "GET /",
+    "GET /inputs",
+    "POST /kickoff",
+    "GET /{kickoff_id}/status",
+    "GET /status/{kickoff_id}",
+    "POST /resume",
+    "POST /stop/{kickoff_id}",
+]
+
+
+def service_routes(status_path: str = "both", stop_endpoint: str = "enabled") -> list[str]:
+    """:data:`SERVICE_ROUTES` less those switched off by ``status_path`` and ``stop_endpoint``."""
+    off = {"contract": "GET /status/{kickoff_id}", "deployed": "GET /{kickoff_id}/status"}.get(status_path)
+    return [r for r in SERVICE_ROUTES if r != off and (stop_endpoint == "enabled" or "/stop/" not in r)]
+
 
 class ControlAPI(ABC):
     """The ``/_control`` routes, mixed into :class:`~.app.CrewServiceApp`: they use its state."""
@@ -45,6 +62,7 @@ class ControlAPI(ABC):
     crews: dict[str, CrewSpec]
     root_crew: str
     status_path: str
+    stop_endpoint: str
     counters: Counters
     faults: Faults
     engine: Engine
@@ -65,6 +83,7 @@ class ControlAPI(ABC):
     def config(self) -> dict[str, Any]:
         return {
             "status_path": self.status_path,
+            "stop_endpoint": self.stop_endpoint,
             "speed": self.engine.speed,
             "root_crew": self.root_crew,
             "crews": list(self.crews),
@@ -110,7 +129,8 @@ class ControlAPI(ABC):
     # Handlers: ``arg`` is the path segment after the route (an id), ``data`` the parsed JSON body.
 
     async def _routes(self, arg: str | None, data: Any) -> tuple[int, Any]:
-        return 200, {"routes": CONTROL_ROUTES}
+        served = service_routes(self.status_path, self.stop_endpoint)
+        return 200, {"routes": CONTROL_ROUTES, "service_routes": served}
 
     async def _counters(self, arg: str | None, data: Any) -> tuple[int, Any]:
         return 200, {**self.counters.snapshot(), "faults": self.faults.counts}
@@ -161,10 +181,12 @@ class ControlAPI(ABC):
 
     async def _set_config(self, arg: str | None, data: Any) -> tuple[int, Any]:
         if not isinstance(data, dict):
-            raise HTTPError(400, "Send an object with status_path and/or speed")
+            raise HTTPError(400, "Send an object with status_path, stop_endpoint and/or speed")
         try:
             if "status_path" in data:
                 self.status_path = data["status_path"]
+            if "stop_endpoint" in data:
+                self.stop_endpoint = data["stop_endpoint"]
             if "speed" in data:
                 self.engine.speed = data["speed"]
         except ValueError as exc:

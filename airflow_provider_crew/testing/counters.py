@@ -10,7 +10,10 @@ __all__ = ["Counters"]
 
 
 class Counters:
-    """Requests per endpoint, answers per endpoint and status code, and token kinds used."""
+    """Requests per endpoint, answers per endpoint and status code, token kinds used, and stops.
+
+    ``stops`` lists the kickoff ids that ``POST /stop/{kickoff_id}`` stopped (answered 200), in order.
+    """
 
     def __init__(self) -> None:
         self.reset()
@@ -21,6 +24,7 @@ class Counters:
         self.auth: dict[str, int] = {"org": 0, "user": 0, "missing": 0, "invalid": 0}
         self.by_crew: dict[str, dict[str, int]] = {}
         self.status_paths: dict[str, int] = {"contract": 0, "deployed": 0}
+        self.stops: list[str] = []
 
     def request(self, endpoint: str, crew: str | None) -> None:
         self.requests[endpoint] += 1
@@ -40,4 +44,5 @@ class Counters:
             "auth": dict(self.auth),
             "by_crew": {k: dict(v) for k, v in self.by_crew.items()},
             "status_paths": dict(self.status_paths),
+            "stops": list(self.stops),
         }

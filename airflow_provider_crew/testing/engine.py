@@ -4,6 +4,8 @@ PENDING (briefly) -> RUNNING, task by task -> SUCCESS, or FAILED when a task is 
 A task with ``human_input`` pauses the execution (PAUSED, status "Pending Human Input") when the
 kickoff gave a ``humanInputWebhook``; :meth:`Engine.resume` then accepts the output (continue) or
 re-runs the task with the feedback as context (retry), which pauses and notifies again.
+:meth:`Engine.stop` ends any unfinished execution as REVOKED: its runner is cancelled, so no more
+steps run and no more webhooks are sent for it (no crew webhook either).
 All state lives in memory, in the serving event loop's thread.
 """
 
@@ -22,6 +24,7 @@ from .execution import (
     PAUSED,
     PENDING,
     PENDING_HUMAN_INPUT,
+    REVOKED,
     RUNNING,
     SUCCESS,
     Execution,
@@ -37,15 +40,19 @@ __all__ = [
     "PAUSED",
     "PENDING",
     "PENDING_HUMAN_INPUT",
+    "REVOKED",
     "RUNNING",
+    "STOPPED_ERROR",
     "SUCCESS",
     "Engine",
     "Execution",
     "HumanInputTarget",
     "ResumeError",
+    "StopError",
 ]
 
 WEBHOOK_KINDS = ("task", "step", "crew")
+STOPPED_ERROR = "Stopped by request"
 
 
 class ResumeError(Exception):
@@ -56,6 +63,10 @@ class ResumeError(Exception):
         self.status_code = status_code
         self.error = error
         self.message = message
+
+
+class StopError(ResumeError):
+    """A stop request the service refuses (unknown id: 404; already finished: 400)."""
 
 
 class Engine:
@@ -311,7 +322,7 @@ class Engine:
 
     def _emit(self, ex: Execution, kind: str, payload: dict[str, Any]) -> None:
         url = ex.webhooks.get(kind)
-        if url:
+        if url and ex.state != REVOKED:
             ex.delivery_tail = self.sender.send(
                 kind, url, payload, kickoff_id=ex.kickoff_id, after=ex.delivery_tail
             )
@@ -378,6 +389,29 @@ class Engine:
         if not paused.waiter.done():
             paused.waiter.set_result(is_approve)
         return answer
+
+    # ---------------------------------------------------------------------------------------------
+    # Stop
+
+    def stop(self, kickoff_id: str) -> Execution:
+        """Stop an unfinished execution (PENDING, RUNNING, PAUSED): it ends REVOKED; raises StopError."""
+        ex = self.executions.get(kickoff_id)
+        if ex is None:
+            raise StopError(404, "Not Found", f"Execution {kickoff_id} not found")
+        if ex.finished:
+            raise StopError(400, "Bad Request", f"Cannot stop execution. Current state: {ex.state}")
+        ex.state = REVOKED
+        ex.status = "Crew execution stopped"
+        ex.error = STOPPED_ERROR
+        ex.finished_at = time.time()
+        ex.paused = None
+        ex.touch()
+        runner = ex.runner
+        if runner is not None and not runner.done():
+            # Runs in the serving loop, so the runner is parked at an await: it ends there, no
+            # further step, task or webhook (a paused one's waiter is cancelled with it).
+            runner.cancel()
+        return ex
 
     # ---------------------------------------------------------------------------------------------
     # Lifecycle

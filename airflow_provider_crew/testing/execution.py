@@ -1,6 +1,7 @@
 """One execution's record: its state, progress, usage and human feedback, and its status body.
 
-The states are those of :mod:`.engine`'s state machine, which alone moves an execution on.
+The states are those of :mod:`.engine`'s state machine, which alone moves an execution on;
+``REVOKED`` is where ``POST /stop/{kickoff_id}`` leaves one.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from .faults import FaultRule
 
 __all__ = [
     "FAILED",
+    "FINAL_STATES",
     "PAUSED",
     "PENDING",
     "PENDING_HUMAN_INPUT",
+    "REVOKED",
     "RUNNING",
     "SUCCESS",
     "Execution",
@@ -30,6 +33,8 @@ __all__ = [
 ]
 
 PENDING, RUNNING, PAUSED, SUCCESS, FAILED = "PENDING", "RUNNING", "PAUSED", "SUCCESS", "FAILED"
+REVOKED = "REVOKED"  # stopped by request (POST /stop/{kickoff_id})
+FINAL_STATES = (SUCCESS, FAILED, REVOKED)
 PENDING_HUMAN_INPUT = "Pending Human Input"
 
 
@@ -120,7 +125,7 @@ class Execution:
 
     @property
     def finished(self) -> bool:
-        return self.state in (SUCCESS, FAILED)
+        return self.state in FINAL_STATES
 
     def current_task(self) -> TaskSpec | None:
         if self.state in (PENDING, SUCCESS) or self.task_index >= len(self.crew.tasks):
@@ -146,7 +151,7 @@ class Execution:
             "last_executed_task": self.last_executed_task,
             "usage_metrics": self.usage_metrics(),
         }
-        if self.state == FAILED:
+        if self.state in (FAILED, REVOKED):
             record["error"] = self.error
         return record
 

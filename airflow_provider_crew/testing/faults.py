@@ -57,7 +57,7 @@ __all__ = [
     "oversized_body",
 ]
 
-ENDPOINTS = ("health", "inputs", "kickoff", "status", "resume")
+ENDPOINTS = ("health", "inputs", "kickoff", "status", "resume", "stop")
 FAULT_KINDS = (
     "latency",
     "slow_first",

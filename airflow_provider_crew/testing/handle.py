@@ -86,16 +86,24 @@ class CrewServiceHandle(ABC):
         """Forget executions, deliveries, counters and faults."""
 
     @abstractmethod
-    def configure(self, *, status_path: str | None = None, speed: float | None = None) -> dict[str, Any]:
-        """Change the status path style ("contract", "deployed", "both") or the speed factor."""
+    def configure(
+        self, *, status_path: str | None = None, speed: float | None = None, stop_endpoint: str | None = None
+    ) -> dict[str, Any]:
+        """Change the status path style ("contract", "deployed", "both"), the speed factor, or the
+        stop endpoint ("enabled", "absent": an unknown path, 404; "405": method not allowed)."""
 
     # -- conveniences built on the above
     def execution(self, kickoff_id: str) -> dict[str, Any]:
         return self.executions[kickoff_id]
 
     def request_count(self, endpoint: str) -> int:
-        """Requests received on ``endpoint`` (health, inputs, kickoff, status, resume, other)."""
+        """Requests received on ``endpoint`` (health, inputs, kickoff, status, resume, stop, other)."""
         return int(self.counters["requests"].get(endpoint, 0))
+
+    @property
+    def stops(self) -> list[str]:
+        """Kickoff ids stopped by ``POST /stop/{kickoff_id}`` (answered 200), in order."""
+        return list(self.counters.get("stops", []))
 
     def url_for_crew(self, name: str) -> str:
         """Base URL of one crew when the service serves several (``/crews/<name>``)."""
@@ -256,12 +264,16 @@ class RemoteCrewService(CrewServiceHandle):
     def reset(self) -> None:
         self.control.call("POST", "reset")
 
-    def configure(self, *, status_path: str | None = None, speed: float | None = None) -> dict[str, Any]:
+    def configure(
+        self, *, status_path: str | None = None, speed: float | None = None, stop_endpoint: str | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if status_path is not None:
             body["status_path"] = status_path
         if speed is not None:
             body["speed"] = speed
+        if stop_endpoint is not None:
+            body["stop_endpoint"] = stop_endpoint
         return self.control.call("POST", "config", body)
 
     def is_healthy(self, timeout: float = 2.0) -> bool:

@@ -14,6 +14,9 @@ Configure ``crew_service`` with a marker (or indirect parametrization with a dic
 
     @pytest.mark.crew_service("review", status_path="deployed", faults=[{"kind": "status_404", "count": 2}])
     def test_my_dag(crew_service): ...
+
+    @pytest.mark.crew_service(stop_endpoint="absent")  # or "405": a service without POST /stop/{id}
+    def test_stop_not_supported(crew_service): ...
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "crew_service(*crews, status_path='both', speed=1.0, faults=(), org_token=..., user_token=...): "
+        "crew_service(*crews, status_path='both', speed=1.0, faults=(), stop_endpoint='enabled', "
+        "org_token=..., user_token=...): "
         "configure the crew_service fixture (local crew service)",
     )
 

@@ -48,8 +48,13 @@ def build_app(
     speed: float = 1.0,
     faults: Iterable[FaultRule | Mapping[str, Any]] | Faults = (),
     webhook_timeout: float = 5.0,
+    stop_endpoint: str = "enabled",
 ) -> Any:
-    """Build the ASGI app (``CrewServiceApp``) for any ASGI server."""
+    """Build the ASGI app (``CrewServiceApp``) for any ASGI server.
+
+    ``stop_endpoint``: "enabled" serves ``POST /stop/{kickoff_id}``; "absent" answers it as an
+    unknown path (404) and "405" as a refused method, as an older or third-party service would.
+    """
     from .app import CrewServiceApp
 
     store = faults if isinstance(faults, Faults) else Faults(faults)
@@ -61,6 +66,7 @@ def build_app(
         speed=speed,
         faults=store,
         webhook_timeout=webhook_timeout,
+        stop_endpoint=stop_endpoint,
     )
 
 
@@ -163,6 +169,7 @@ class LocalCrewService(CrewServiceHandle):
         faults: Iterable[FaultRule | Mapping[str, Any]] = (),
         webhook_timeout: float = 5.0,
         startup_timeout: float = 10.0,
+        stop_endpoint: str = "enabled",
     ) -> None:
         self.host = host
         self.org_token = org_token
@@ -177,6 +184,7 @@ class LocalCrewService(CrewServiceHandle):
             speed=speed,
             faults=self._faults,
             webhook_timeout=webhook_timeout,
+            stop_endpoint=stop_endpoint,
         )
         self._requested_port = port
         self.port = 0
@@ -305,12 +313,16 @@ class LocalCrewService(CrewServiceHandle):
         if self._receiver is not None:
             self._receiver.clear()
 
-    def configure(self, *, status_path: str | None = None, speed: float | None = None) -> dict[str, Any]:
+    def configure(
+        self, *, status_path: str | None = None, speed: float | None = None, stop_endpoint: str | None = None
+    ) -> dict[str, Any]:
         def apply() -> dict[str, Any]:
             if status_path is not None:
                 self.app.status_path = status_path
             if speed is not None:
                 self.app.engine.speed = speed
+            if stop_endpoint is not None:
+                self.app.stop_endpoint = stop_endpoint
             return self.app.config()
 
         return self.call_in_loop(apply)

@@ -531,6 +531,7 @@ def test_control_api_faults_and_counters(api: Api, remote: RemoteCrewService) ->
         "kickoff": 2,
         "status": 2,
         "resume": 1,
+        "stop": 0,
         "other": 0,
     }
     assert counters["faults"] == {
@@ -575,6 +576,7 @@ def test_control_api_executions_webhooks_config_and_reset(
         "speed": 20.0,
         "root_crew": "research",
         "crews": ["research", "review"],
+        "stop_endpoint": "enabled",
     }
     crews = remote.control.call("GET", "crews")
     assert crews["root"] == "research"
@@ -600,7 +602,7 @@ def test_control_api_needs_the_organization_token(crew_service: LocalCrewService
     assert requests.get(url, headers=crew_service.auth_headers("org"), timeout=10).status_code == 200
     # control traffic is not counted as client traffic
     assert crew_service.counters["requests"] == dict.fromkeys(
-        ("health", "inputs", "kickoff", "status", "resume", "other"), 0
+        ("health", "inputs", "kickoff", "status", "resume", "stop", "other"), 0
     )
 
 
