@@ -102,6 +102,29 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def task_instance_state(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str | None:
+    """A task instance's state as Airflow's API answers it now (``None`` after a clear), asked from a
+    worker's task process or a trigger through the task SDK; raises when the API does not answer.
+
+    Every supported minor serves ``get_task_states`` to both; a mapped task instance is keyed
+    ``<task_id>_<map_index>`` there.
+    """
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    index = -1 if map_index is None else map_index
+    states = RuntimeTaskInstance.get_task_states(
+        dag_id=dag_id, map_index=None if index < 0 else index, task_ids=[task_id], run_ids=[run_id]
+    )
+    state = states[run_id][task_id if index < 0 else f"{task_id}_{index}"]
+    return None if state is None else str(getattr(state, "value", state))
+
+
+def is_task_timeout(error: BaseException | None) -> bool:
+    """Whether ``error`` is Airflow's ``execution_timeout`` (``AirflowTaskTimeout``, which moved to the
+    task SDK in 3.2): matched by name on every minor."""
+    return type(error).__name__ == "AirflowTaskTimeout"
+
+
 def xcom_not_found() -> type[Exception]:
     """Airflow's ``XComNotFound`` (``airflow.sdk.exceptions`` from 3.1, ``airflow.exceptions`` in 3.0)."""
     try:
@@ -151,9 +174,11 @@ __all__ = [
     "aget_connection",
     "conf",
     "hitl_params",
+    "is_task_timeout",
     "require_human_in_the_loop",
     "running_in_process_test",
     "task_awaiting_input",
+    "task_instance_state",
     "task_state_store",
     "task_success_listeners",
     "xcom_not_found",

@@ -307,12 +307,14 @@ class CrewHook(BaseHook):
         )
         return result
 
-    def stop(self, kickoff_id: str) -> StopResult:
+    def stop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
         """``POST /stop/{kickoff_id}``: stop an execution (not in the contract; crewAI's hosted service
         has it). Never raises: says what happened (stopped, already finished, not supported by this
-        service, unknown), within :data:`STOP_PATIENCE_SECONDS`.
+        service, unknown).
 
         :param kickoff_id: The execution.
+        :param patience: Seconds it may take, retries included (Airflow kills a task's process 5 s
+            after it asks it to stop).
         """
         from airflow_provider_crew.hooks.client.request import stop_call
         from airflow_provider_crew.hooks.client.response import read_stop_answer
@@ -320,7 +322,7 @@ class CrewHook(BaseHook):
 
         try:
             call = stop_call(self.config, kickoff_id)
-            response = self._send(call, retry_limit=1, deadline=time.time() + STOP_PATIENCE_SECONDS)
+            response = self._send(call, retry_limit=1, deadline=time.time() + patience)
         except CrewError as error:
             return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
         return read_stop_answer(response)

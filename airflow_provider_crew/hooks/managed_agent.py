@@ -196,7 +196,9 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         if result.outcome is Outcome.SUCCEEDED and status is not None:
             return status
         if result.outcome is Outcome.TIMEOUT:
-            raise CrewExecutionTimeoutError(result.message)
+            raise CrewExecutionTimeoutError(
+                f"{result.message} The execution was not stopped and may still be running."
+            )
         if result.outcome is Outcome.PAUSED and status is not None:
             message = (
                 f"Crew execution {kickoff_id} paused for human input on task {status.paused_task_id!r}, "

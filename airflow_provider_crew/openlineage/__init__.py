@@ -144,6 +144,7 @@ class CrewOpenLineageMixin:
             output=_json_safe(self._lineage_output(result)) if include_values else None,
             error=error,
             executionUrl=followed.url or (config.execution_url(kickoff_id) if config is not None else None),
+            stopped=followed.stopped,
         )
         return OperatorLineage(run_facets=run_facets)
 

@@ -53,6 +53,8 @@ class CrewExecutionRunFacet(RunFacet):
     """Why the execution or the wait failed."""
     executionUrl: str | None = attr.field(default=None)
     """The execution's page, when the connection has an execution page URL template."""
+    stopped: dict[str, str] | None = attr.field(default=None)
+    """When the task stopped the execution (``POST /stop``): ``{"reason", "answer"}``."""
 
     @staticmethod
     def _get_schema() -> str:

@@ -95,13 +95,18 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
         up to ``max_poll_interval``.
     :param max_poll_interval: Longest interval between status polls, in seconds.
-    :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task; the
-        execution itself is not stopped.
+    :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task and,
+        unless ``stop_crew=False``, stops the execution.
     :param openlineage_include_values: With the OpenLineage provider installed, also send the
         input values and the output to lineage backends. Off by default, since they may be
         private; the input names, the state, the progress and the token usage are always sent
         (docs/lineage.md).
 
+    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
+        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
+        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
+        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
     :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
@@ -165,9 +170,11 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
+        stop_crew: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.stop_crew = stop_crew
         self.inputs = inputs
         self.crew_conn_id = crew_conn_id
         self.meta = meta
@@ -263,6 +270,14 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
         self._finish_wait(context, kickoff_id, result)
         return kickoff_id
+
+    def _after_stop(self, context: Context, kickoff_id: str, stopped: dict[str, str]) -> None:
+        """A stopped execution is nobody's to reattach to: a retry, or the next run, starts anew."""
+        super()._after_stop(context, kickoff_id, stopped)
+        try:
+            RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
+        except Exception as error:  # a retry then finds it REVOKED, and starts anew all the same
+            self.log.warning("Could not drop the record of crew execution %s: %s", kickoff_id, error)
 
     def _kickoff(self, context: Context, hook: CrewHook, records: RetryRecords) -> str:
         assert isinstance(self.inputs, Mapping)

@@ -98,6 +98,11 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         to lineage backends. Off by default, since they may be private; the input names, the
         state, the progress and the token usage are always sent (docs/lineage.md).
 
+    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
+        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
+        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
+        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id.
     :xcom resume: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
@@ -154,9 +159,11 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
+        stop_crew: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.stop_crew = stop_crew
         if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
             raise CrewConfigurationError(
                 "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."

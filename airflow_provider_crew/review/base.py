@@ -61,6 +61,8 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param timeout: Longest wait for the execution to pause or finish.
     :param openlineage_include_values: With the OpenLineage provider installed, also send input values
         and the output in lineage events (off: they may be private).
+    :param stop_crew: Stop the execution when something other than the crew ends this task's wait
+        (:func:`~airflow_provider_crew.review.group.crew_human_review`'s ``stop_crew``).
     """
 
     template_fields: Sequence[str] = ("kickoff_id", "inputs")
@@ -78,6 +80,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
+        stop_crew: bool | None = None,
         **kwargs: Any,
     ) -> None:
         check_airflow_supports_review()
@@ -89,6 +92,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self.crew_conn_id = crew_conn_id
         self.inputs = inputs
         self.openlineage_include_values = openlineage_include_values
+        self.stop_crew = stop_crew
         # Waiting never holds a worker slot: the trigger waits for the crew, Airflow's
         # human-in-the-loop machinery for the reviewer.
         self.deferrable = True

@@ -84,6 +84,7 @@ def crew_human_review(
     retries: int = 1,
     retry_delay: timedelta = timedelta(seconds=5),
     openlineage_include_values: bool = False,
+    stop_crew: bool | None = None,
 ) -> CrewReviewGroup:
     """
     Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
@@ -120,6 +121,11 @@ def crew_human_review(
         failed by Airflow (docs/human-review.md), and the retry asks again.
     :param openlineage_include_values: With the OpenLineage provider installed, also send input values
         and outputs in the lineage events of the group's tasks.
+    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
+        crew ends a wait of the group: a round's ``response_timeout`` passing without
+        ``approve_on_timeout`` (nobody will answer that pause), the ``timeout``, Airflow's
+        ``execution_timeout``, a user marking a task failed or success or clearing it. ``None`` (the
+        review owns the wait) stops it; ``False`` leaves it running (paused, to resume by hand).
     """
     check_airflow_supports_review()
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
@@ -136,6 +142,8 @@ def crew_human_review(
         "retries": retries,
         "retry_delay": retry_delay,
         "openlineage_include_values": openlineage_include_values,
+        # The wait sensors are the review's own: they stop as the rounds do unless told otherwise.
+        "stop_crew": True if stop_crew is None else stop_crew,
     }
     group = CrewReviewGroup(group_id=group_id)
     with group:

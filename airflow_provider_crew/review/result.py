@@ -56,7 +56,7 @@ class CrewReviewResultOperator(ReviewTaskBase):
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
-            self._end_wait(kickoff_id, result)
+            self._end_wait(kickoff_id, result, context)
             context["ti"].xcom_push(key=XCOM_STATUS, value=status.raw)
             raise CrewReviewRoundsExhaustedError(
                 f"Crew execution {kickoff_id} paused for human input again, on task "

@@ -28,6 +28,7 @@ from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
     CrewReviewRoundsExhaustedError,
+    CrewReviewTimeoutError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.base import (
@@ -38,6 +39,7 @@ from airflow_provider_crew.operators.base import (
 )
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
 from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS, shorten
 
@@ -167,7 +169,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         return []  # a pause must be asked about, and an end skips the round: both on a worker
 
     def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> dict[str, Any]:
-        self._end_wait(kickoff_id, result)
+        self._end_wait(kickoff_id, result, context)
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
             records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
@@ -271,9 +273,23 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         :param crew_task_id: The paused crew task the answer is about.
         """
         asked = self._pull(context, XCOM_REVIEW_REQUEST) or {}
-        given = answer.answer_from_event(
-            event, kickoff_id=kickoff_id, crew_task_id=crew_task_id, response_timeout=self.response_timeout
-        )
+        try:
+            given = answer.answer_from_event(
+                event,
+                kickoff_id=kickoff_id,
+                crew_task_id=crew_task_id,
+                response_timeout=self.response_timeout,
+            )
+        except CrewReviewTimeoutError:
+            if not self._stops_crew():
+                raise  # the execution stays paused, for a later answer
+            came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.REVIEW_TIMEOUT, context)
+            raise CrewReviewTimeoutError(
+                f"No review answer within response_timeout, and approve_on_timeout is off: nobody will "
+                f"answer crew execution {kickoff_id}'s pause on task {crew_task_id!r}, so this task "
+                f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
+                "stop_crew=False to crew_human_review."
+            ) from None
         record: dict[str, Any] = {
             "round": self.round_number,
             "crew_task_id": crew_task_id,

@@ -16,6 +16,7 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
 from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_NOT_FOUND_GRACE,
@@ -25,7 +26,13 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitResult,
 )
-from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, CrewWaitMixin, default_deferrable, seconds
+from airflow_provider_crew.waiting.task import (
+    DEFAULT_TIMEOUT,
+    CrewWaitMixin,
+    default_deferrable,
+    seconds,
+    stopped_or_running,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,7 +76,8 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         ``poke_interval`` is another name for it here: give one of them.
     :param max_poll_interval: Longest interval between status polls, in seconds.
     :param timeout: How long to wait, in seconds or as a timedelta (Airflow's sensor ``timeout``).
-        Passing it fails the task (``soft_fail`` skips it); the execution itself is not stopped.
+        Passing it fails the task (``soft_fail`` skips it); the execution is stopped only with
+        ``stop_crew=True``.
     :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued", as
         long as the service has not answered for the execution yet (docs/contract.md, "404 right
         after kickoff").
@@ -80,6 +88,11 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         output to lineage backends. Off by default, since it may be private; the state, the
         progress and the token usage are always sent (docs/lineage.md).
 
+    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
+        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
+        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
+        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
     :xcom return_value: The kickoff id.
     :xcom result: When the execution finished: its final output, a ``dict`` for structured output;
         stored here only. ``None`` when the wait ended at a pause (not pushed: pulling it, or
@@ -98,6 +111,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("kickoff_id",)
+    owns_execution = False  # it watches an execution another task started: stopped only when asked
     ui_color = "#d8e8fd"
     operator_extra_links = (CrewExecutionLink(),)
 
@@ -115,6 +129,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         kickoff_task_id: str | None = None,
         openlineage_include_values: bool = False,
         poke_interval: timedelta | float | None = None,
+        stop_crew: bool | None = None,
         **kwargs: Any,
     ) -> None:
         interval = one_poll_interval(poll_interval, poke_interval)
@@ -128,6 +143,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         self.not_found_grace = seconds(not_found_grace, "not_found_grace")
         self.kickoff_task_id = kickoff_task_id or upstream_task_id(kickoff_id)
         self.openlineage_include_values = openlineage_include_values
+        self.stop_crew = stop_crew
         # One wait's state across the pokes of one task try (poke mode keeps this instance).
         self._poke_poller: tuple[tuple[str, Any], Poller] | None = None
 
@@ -136,7 +152,11 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._follow_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.deferrable:
-            return super().execute(context)
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout:
+                self._stop_cut_off_wait(kickoff_id, stopping.WAIT_TIMEOUT, context)
+                raise
         result = self._wait(
             context,
             kickoff_id,
@@ -151,9 +171,11 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         """One poll, decided by the same rules as the deferred and blocking waits."""
         kickoff_id = checked_kickoff_id(self.kickoff_id)
         poller = self._poller_for_pokes(context, kickoff_id)
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        self._waiting = (kickoff_id, context, hook.config)  # what on_kill stops, when asked to
         polled: CrewStatus | CrewError
         try:
-            polled = CrewHook(crew_conn_id=self.crew_conn_id).get_status(kickoff_id)
+            polled = hook.get_status(kickoff_id)
         except CrewError as error:
             polled = error
         step = poller.step(polled)
@@ -181,7 +203,9 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         kickoff_id, result = self._result_from_event(context, event)
         if result.outcome is Outcome.TIMEOUT:
-            raise AirflowSensorTimeout(result.message)  # soft_fail turns this into a skip
+            came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.WAIT_TIMEOUT, context)
+            # soft_fail turns this into a skip
+            raise AirflowSensorTimeout(f"{result.message} {stopped_or_running(came_of_it)}")
         return self._done(context, kickoff_id, result).xcom_value
 
     def _done(self, context: Context, kickoff_id: str, result: WaitResult) -> PokeReturnValue:

@@ -13,8 +13,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
+from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS, task_instance_state
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.race import hold_until
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -40,6 +42,9 @@ FIRST_POLLS_PER_SECOND = 500.0
 # wake before the bound is not applied (it would resume a worker into Airflow's race), so a crew that
 # ends then is found by these polls and, where the trigger ends the task, ended within seconds.
 RACE_WINDOW_POLL_INTERVAL = 4.0
+# How long a cancelled trigger waits for Airflow to say its task instance's state. During a
+# triggerer's shutdown, 3.2+ never answer (their channel's reader is gone): then nothing is stopped.
+STATE_QUERY_SECONDS = 5.0
 
 
 class FirstPollPacer:
@@ -158,6 +163,9 @@ class CrewStatusTrigger(BaseTrigger):
     :param ends_task_when_finished: A SUCCESS ends the task from here, successfully.
     :param ends_task_when_paused: A pause that ends the wait ends the task from here, successfully.
         Any end not named by these two resumes the task on a worker.
+    :param stop_crew: Stop the execution when a user ends the deferred task (marks it failed or
+        success, or clears it) and Airflow cancels this trigger; never when a triggerer restarts or
+        hands the trigger to another (:meth:`stop_if_abandoned`).
     """
 
     def __init__(
@@ -175,6 +183,7 @@ class CrewStatusTrigger(BaseTrigger):
         safety_poll_interval: float = 0.0,
         ends_task_when_finished: bool = False,
         ends_task_when_paused: bool = False,
+        stop_crew: bool = False,
     ) -> None:
         super().__init__()
         self.kickoff_id = kickoff_id
@@ -189,6 +198,8 @@ class CrewStatusTrigger(BaseTrigger):
         self.safety_poll_interval = max(0.0, float(safety_poll_interval))
         self.ends_task_when_finished = bool(ends_task_when_finished)
         self.ends_task_when_paused = bool(ends_task_when_paused)
+        self.stop_crew = bool(stop_crew)
+        self._fired = False  # an event went out: a cancel after it is Airflow's hand-off, not a user's
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -206,6 +217,7 @@ class CrewStatusTrigger(BaseTrigger):
                 "safety_poll_interval": self.safety_poll_interval,
                 "ends_task_when_finished": self.ends_task_when_finished,
                 "ends_task_when_paused": self.ends_task_when_paused,
+                "stop_crew": self.stop_crew,
             },
         )
 
@@ -247,21 +259,69 @@ class CrewStatusTrigger(BaseTrigger):
         pacer = FirstPollPacer.for_running_loop()
         await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
         safety_poll = False  # whether this poll came on the safety interval, past the race bound
-        while True:
-            try:
-                step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
-            except CrewError as error:
-                step = poller.step(error)
-            if isinstance(step, WaitResult):
-                if safety_poll:
-                    self._say_no_wake_came(poller.log, step)
-                yield await self._event(step, poller.log)
-                return
-            in_race_window = time.time() < self.not_before
-            if self.safety_poll_interval and in_race_window:
-                step = min(step, RACE_WINDOW_POLL_INTERVAL)
-            safety_poll = bool(self.safety_poll_interval) and not in_race_window
-            await asyncio.sleep(step)
+        try:
+            while True:
+                try:
+                    step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
+                except CrewError as error:
+                    step = poller.step(error)
+                if isinstance(step, WaitResult):
+                    if safety_poll:
+                        self._say_no_wake_came(poller.log, step)
+                    event = await self._event(step, poller.log)
+                    self._fired = True
+                    yield event
+                    return
+                in_race_window = time.time() < self.not_before
+                if self.safety_poll_interval and in_race_window:
+                    step = min(step, RACE_WINDOW_POLL_INTERVAL)
+                safety_poll = bool(self.safety_poll_interval) and not in_race_window
+                await asyncio.sleep(step)
+        except asyncio.CancelledError:
+            if not AIRFLOW_V_3_3_PLUS:  # 3.3+ call on_kill for a user's action
+                await self.stop_if_abandoned()
+            raise
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: a user ended the deferred task, or the trigger moves to another triggerer."""
+        await self.stop_if_abandoned()
+
+    async def stop_if_abandoned(self) -> None:
+        """Stop the execution when Airflow cancelled this trigger because a user ended its task.
+
+        A cancel says nothing of why (3.0-3.2), and 3.3's "user action" also covers a trigger taken
+        over by another triggerer, so the task instance's state decides (:mod:`~.waiting.stopping`):
+        a task still deferred keeps its execution (a triggerer restart, a move, a shutdown), and so
+        does one whose state cannot be read in time. A trigger past its timeout, or one that fired its
+        event, was ended by Airflow's own course: its task's worker handles the end.
+        """
+        if not self.stop_crew or self._fired or self.task_instance is None or time.time() >= self.deadline:
+            return
+        log = type(self).logger()
+        ti = self.task_instance
+        from asgiref.sync import sync_to_async
+
+        query = sync_to_async(task_instance_state)(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        try:
+            # Shielded: cancelling a request in flight on 3.0-3.1's channel breaks the next one.
+            state = await asyncio.wait_for(asyncio.shield(query), STATE_QUERY_SECONDS)
+        except Exception as error:
+            log.info(
+                "Not stopping crew execution %s: its task's state is unknown (%r).", self.kickoff_id, error
+            )
+            return
+        reason = stopping.reason_for_state(state, deferred=True)
+        if reason is None:
+            return  # the task is still deferred: a triggerer restart or hand-over, not a user
+        hook = CrewHook(self.crew_conn_id)
+        config = await hook.aget_config()
+        line = stopping.before_stop(config.base_url, self.kickoff_id, reason, enabled=config.stop_executions)
+        if line is not None:
+            log.info("%s", line)
+            return
+        result = await hook.astop(self.kickoff_id)
+        level, line = stopping.after_stop(config.base_url, self.kickoff_id, reason, result)
+        log.log(level, "%s", line)
 
     async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
         """The task's end, when this trigger may end it; else the event that resumes it on a worker,

@@ -167,6 +167,7 @@ class FollowedExecution:
     :param result: How the task's wait ended, when it did.
     :param url: The execution's page URL (None: the connection has no template).
     :param url_known: Whether ``url`` is known in this process.
+    :param stopped: When the task stopped the execution: ``{"reason", "answer"}``.
     """
 
     kickoff_id: str | None = None
@@ -174,6 +175,7 @@ class FollowedExecution:
     result: WaitResult | None = None
     url: str | None = None
     url_known: bool = False
+    stopped: dict[str, str] | None = None
 
 
 def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:
@@ -450,6 +452,6 @@ def lost_message(kickoff_id: str, error: CrewError, last_status: CrewStatus | No
 def timeout_message(kickoff_id: str, last_status: CrewStatus | None) -> str:
     where = last_status.describe() if last_status else "no status read yet"
     return (
-        f"Timed out waiting for crew execution {kickoff_id} (last seen: {where}). The execution was not "
-        "stopped and may still be running; raise `timeout` to wait longer."
+        f"Timed out waiting for crew execution {kickoff_id} (last seen: {where}); raise `timeout` to wait "
+        "longer."
     )

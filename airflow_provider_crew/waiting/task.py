@@ -30,6 +30,7 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
+from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.race import deferral_settle_seconds
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
@@ -42,6 +43,7 @@ from airflow_provider_crew.waiting.rules import (
     WaitResult,
     wait_blocking,
 )
+from airflow_provider_crew.waiting.task_stop import CrewStopMixin
 from airflow_provider_crew.waiting.xcom import crew_output, end_log_line, result_xcoms
 
 if TYPE_CHECKING:
@@ -109,7 +111,7 @@ def task_started_at(context: Context) -> float:
     return started.timestamp()
 
 
-class CrewWaitMixin:
+class CrewWaitMixin(CrewStopMixin):
     """Waiting for an execution from an operator or sensor; expects BaseOperator underneath.
 
     ``crew_execution`` is what the task followed and how its wait ended: the "Crew execution" link
@@ -233,6 +235,7 @@ class CrewWaitMixin:
             max_poll_interval=self.max_poll_interval,
             log=self.log,
         )
+        self._waiting = (kickoff_id, context, hook.config)
         if not self.deferrable:
             return wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
         # Read the status here first: a wait that is already over needs no trigger, and a trigger
@@ -264,6 +267,7 @@ class CrewWaitMixin:
                 safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
                 ends_task_when_finished=Outcome.SUCCEEDED.value in ends_task,
                 ends_task_when_paused=Outcome.PAUSED.value in ends_task,
+                stop_crew=self._stops_crew() and hook.config.stop_executions,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
@@ -358,7 +362,7 @@ class CrewWaitMixin:
         """End the task's wait the way every crew task ends it: push what it found to XCom (``result``
         or ``human_input``, ``status``, ``usage``) and return the kickoff id; raise for the outcomes
         that fail the task, and for a pause when ``on_human_input`` is ``"fail"``."""
-        self._end_wait(kickoff_id, result)
+        self._end_wait(kickoff_id, result, context)
         self._push_result(context, kickoff_id, result)
         if result.outcome is Outcome.PAUSED and self.on_human_input is OnHumanInput.FAIL:
             status = result.last_status
@@ -372,7 +376,7 @@ class CrewWaitMixin:
             )
         return kickoff_id
 
-    def _end_wait(self, kickoff_id: str, result: WaitResult) -> None:
+    def _end_wait(self, kickoff_id: str, result: WaitResult, context: Context | None = None) -> None:
         """Keep how the wait ended; raise for the outcomes that fail the task (return for succeeded
         and paused). Every way a wait ends (blocking, deferred, sensor poke) passes here."""
         self._keep_result(kickoff_id, result)
@@ -386,7 +390,8 @@ class CrewWaitMixin:
         if result.outcome is Outcome.NOT_FOUND:
             raise CrewExecutionNotFoundError(result.message)
         if result.outcome is Outcome.TIMEOUT:
-            raise CrewExecutionTimeoutError(result.message)
+            came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.WAIT_TIMEOUT, context)
+            raise CrewExecutionTimeoutError(f"{result.message} {stopped_or_running(came_of_it)}")
         raise CrewError(f"Waiting for crew execution {kickoff_id} failed: {result.message}")
 
     def _keep_result(self, kickoff_id: str, result: WaitResult) -> None:
@@ -411,6 +416,13 @@ class CrewWaitMixin:
         ti = context["ti"]
         for key, value in result_xcoms(kickoff_id, result).items():
             ti.xcom_push(key=key, value=value)
+
+
+def stopped_or_running(came_of_it: str | None) -> str:
+    """What a time-out's error says of the execution: what its stop came to, or that it runs on."""
+    if came_of_it is None:
+        return "The execution was not stopped (stop_crew) and may still be running."
+    return f"Stopping the execution: {came_of_it}."
 
 
 def _read_once(poller: Poller, hook: CrewHook) -> WaitResult | float:

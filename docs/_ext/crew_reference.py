@@ -408,6 +408,7 @@ SHARED_PARAMETERS = (
     "poll_interval",
     "max_poll_interval",
     "timeout",
+    "stop_crew",
     "openlineage_include_values",
 )
 API_HEADER = """# The public API at a glance
@@ -430,6 +431,11 @@ code disagree). Every name has one home: import it from the module shown.
   only an execution that ended FAILED (or REVOKED) is started anew by a retry of the kickoff, which is
   what the retry is for.
 - Templated booleans (`is_approve`) accept what Jinja renders: `True`/`False`, `true`/`false`.
+- A task that owns its execution's wait stops the execution (`POST /stop/{kickoff_id}`) when
+  something other than the crew ends the wait: `execution_timeout`, the wait's `timeout`, a user
+  marking the task failed or success or clearing it (`stop_crew`; a sensor only watches, so it stops
+  only with `stop_crew=True`). A retry that reattaches, a triggerer restart and a task that did not
+  wait stop nothing.
 """
 
 

@@ -176,7 +176,7 @@ async def test_a_deferred_wait_on_a_trickling_service_times_out_at_its_deadline(
 
     assert event.outcome is Outcome.TIMEOUT
     assert time.time() >= wait.deadline
-    assert "was not stopped and may still be running" in event.message
+    assert "Timed out waiting for crew execution" in event.message
 
 
 # -- the waits beside a bad one ---------------------------------------------------------------------

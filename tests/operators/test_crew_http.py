@@ -386,10 +386,12 @@ def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
     # Kept while deferred and after the trigger ends the task: a retry reattaches to it; a cleared
     # task (its first try) drops it and starts anew.
     assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    # The wait's timeout stops the execution (stop_crew), so nothing is left to reattach to.
     timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
     with pytest.raises(Exception, match="Timed out"):
         op.execute_complete({"ti": FakeTI()}, timeout)
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    assert crew_service.stops == [kickoff_id]
+    assert CrewKickoffOperator.STATE_KEY not in store.values
 
 
 # -- a resume is answered once (issue: nothing paid twice) ------------------------------------------

@@ -314,7 +314,7 @@ def test_round_skips_when_the_execution_finished():
     record = {"state": "SUCCESS", "result": "done"}
     with pytest.raises(AirflowSkipException, match="finished"):
         round_operator(3).execute_complete(context(ti), crew_event(record, outcome="succeeded"))
-    assert ti.xcom["status"] == record
+    assert ti.xcom["status"] == {"state": "SUCCESS"}  # the output is stored once, in result
 
 
 @needs_3_1
@@ -468,7 +468,7 @@ def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused
     from airflow_provider_crew._compat import AirflowFailException
     from airflow_provider_crew.exceptions import CrewReviewTimeoutError
 
-    op = round_operator(response_timeout=timedelta(minutes=1))
+    op = round_operator(response_timeout=timedelta(minutes=1), stop_crew=False)
     with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input") as error:
         op.execute_review(
             context(FakeTI()),
@@ -477,6 +477,28 @@ def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused
             crew_task_id=TASK_ID,
         )
     assert isinstance(error.value, AirflowFailException)
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_no_answer_in_time_stops_the_paused_crew_by_default(crew_service, paused_execution):
+    from airflow_provider_crew.exceptions import CrewReviewTimeoutError
+
+    kickoff_id, status = paused_execution
+    op = round_operator(kickoff_id=kickoff_id, response_timeout=timedelta(minutes=1))
+    ti = FakeTI()
+    with pytest.raises(
+        CrewReviewTimeoutError, match=r"nobody will answer .* so this task stopped it .*: stopped"
+    ):
+        op.execute_review(
+            context(ti),
+            {"error": "t", "error_type": "timeout"},
+            kickoff_id=kickoff_id,
+            crew_task_id=status.paused_task_id,
+        )
+    assert crew_service.stops == [kickoff_id]
+    assert crew_service.executions[kickoff_id]["state"] == "REVOKED"
+    assert ti.xcom["status"]["stopped"]["reason"] == "nobody answered the review within response_timeout"
 
 
 @needs_3_1

@@ -425,7 +425,7 @@ async def test_run_fires_timeout_at_the_deadline(crew_service, connect, poll_end
     # It polled until the deadline and stopped at the first answer after it, not later.
     assert sum(1 for end in poll_ends if end >= trigger.deadline) <= 1
     assert event.record["state"] == "PAUSED"  # the last status seen travels with the event
-    assert "Timed out" in event.message and "was not stopped" in event.message
+    assert "Timed out waiting for crew execution" in event.message  # the worker stops it (stop_crew)
     assert crew_service.request_count("status") == len(poll_ends) >= 1
 
 

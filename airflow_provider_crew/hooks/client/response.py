@@ -87,8 +87,12 @@ def raise_for_response(call: Call, response: Response) -> None:
 
 
 def read_stop_answer(response: Response) -> StopResult:
-    """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or 404 with
-    its framework's bare "Not Found" rather than its own "execution not found": not supported."""
+    """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or a 404 about
+    the route (a framework's bare "Not Found", "No route for ..."), not about the execution ("Execution
+    not found").
+
+    :param response: The answer.
+    """
     code = response.status_code
     try:
         body = response.json()
@@ -99,7 +103,9 @@ def read_stop_answer(response: Response) -> StopResult:
         return StopResult(outcome=StopOutcome.STOPPED, detail=said)
     if code == 400:  # "Cannot stop execution. Current state: SUCCESS"
         return StopResult(outcome=StopOutcome.ALREADY_FINISHED, detail=said)
-    if code == 405 or (code == 404 and said.strip().lower() in ("", "not found")):
+    words = said.lower()
+    about_execution = "route" not in words and any(word in words for word in ("execution", "kickoff"))
+    if code == 405 or (code == 404 and not about_execution):
         return StopResult(outcome=StopOutcome.NOT_SUPPORTED, detail=f"HTTP {code}")
     return StopResult(outcome=StopOutcome.UNKNOWN, detail=f"HTTP {code}: {said or 'no error message'}")
 

@@ -1,0 +1,103 @@
+"""Stopping an execution nobody waits for any more: when, why, and the one log line that says so. No I/O.
+
+A crew task that owns its execution's wait (the kickoff, a resume, the review's rounds; a sensor only
+when asked with ``stop_crew=True``) stops the execution (``POST /stop/{kickoff_id}``) when something
+other than the crew ends the task: Airflow's ``execution_timeout``, the wait's own ``timeout``, a user
+who marks the task failed or success, or clears it. It never stops one that still has a reader: a
+retry after a lost worker reattaches, a triggerer restart or a move to another triggerer re-creates
+the wait, and a task that did not wait (``wait_for_completion=False``) never owned it.
+
+What tells them apart is the task instance's state when its wait was cut off
+(:func:`reason_for_state`): Airflow cancels a deferred task's trigger, or kills a running task's
+process, for all of them alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the contract's models load where a request is sent, not with the DAG file's tasks
+    from airflow_provider_crew.models import StopResult
+
+# Why a wait was cut off, in the log line's words.
+EXECUTION_TIMEOUT = "the task's execution_timeout passed"
+WAIT_TIMEOUT = "the wait's timeout passed"
+REVIEW_TIMEOUT = "nobody answered the review within response_timeout"
+CLEARED = "the task was cleared"
+
+# A task instance in one of these states after its wait was cut off has a reader still: a worker or
+# a triggerer going away (running, deferred: the wait is re-created), or a retry that reattaches.
+_LIVES_ON = frozenset({"running", "deferred", "up_for_retry", "up_for_reschedule"})
+# What a clear leaves behind: no state, then a new try on its way.
+_CLEARED = frozenset({"none", "scheduled", "queued", "restarting"})
+
+# Base URLs whose service has no /stop (it answered 405, or 404 for the route), in this process: said
+# once, then not asked again.
+_NO_STOP_ENDPOINT: set[str] = set()
+
+
+def reason_for_state(state: str | None, *, deferred: bool) -> str | None:
+    """Why to stop the execution, from its task instance's state when the wait was cut off; None to
+    leave it running.
+
+    :param state: The task instance's state (``None`` after a clear), as Airflow's API answers it.
+    :param deferred: The wait ran in a trigger. A cleared deferred task's new try may already run when
+        its trigger is cancelled, so ``running`` then means cleared; a killed worker process whose
+        task instance still runs is a worker going away (its task's retry reattaches).
+    """
+    word = "none" if state is None else str(getattr(state, "value", state)).lower()
+    if word == "running" and deferred:
+        return CLEARED
+    if word in _LIVES_ON:
+        return None
+    if word in _CLEARED:
+        return CLEARED
+    return f"the task was marked {word}"
+
+
+def before_stop(base_url: str, kickoff_id: str, reason: str, *, enabled: bool) -> str | None:
+    """The log line when the execution is not to be stopped after all, else None (stop it).
+
+    :param base_url: The crew service's base URL.
+    :param kickoff_id: The execution.
+    :param reason: Why it would be stopped.
+    :param enabled: The connection's ``stop_executions``.
+    """
+    if not enabled:
+        return (
+            f"Not stopping crew execution {kickoff_id} ({reason}): the connection's stop_executions is off."
+        )
+    if base_url in _NO_STOP_ENDPOINT:
+        return (
+            f"Not stopping crew execution {kickoff_id} ({reason}): the crew service at {base_url} has no "
+            "POST /stop (learned earlier in this process). It runs on."
+        )
+    return None
+
+
+def after_stop(base_url: str, kickoff_id: str, reason: str, result: StopResult) -> tuple[int, str]:
+    """The log level and line of a stop's answer; a service without /stop is remembered.
+
+    :param base_url: The crew service's base URL.
+    :param kickoff_id: The execution.
+    :param reason: Why it was stopped.
+    :param result: What the service answered.
+    """
+    from airflow_provider_crew.models import StopOutcome
+
+    line = f"Stopping crew execution {kickoff_id} ({reason}): {result.describe()}."
+    if result.outcome is StopOutcome.NOT_SUPPORTED:
+        _NO_STOP_ENDPOINT.add(base_url)
+        return logging.WARNING, (
+            f"{line} The crew service at {base_url} has no POST /stop, so the execution runs on; it is "
+            "not asked again from this process. Turn the connection's stop_executions off to skip this."
+        )
+    if result.outcome is StopOutcome.UNKNOWN:
+        return logging.WARNING, f"{line} It may still be running: check it at the service."
+    return logging.INFO, line
+
+
+def forget_learned() -> None:
+    """Start over, as a new process would (tests)."""
+    _NO_STOP_ENDPOINT.clear()

@@ -1,0 +1,161 @@
+"""How a crew task stops the execution whose wait it owns, when something other than the crew ends
+the wait (:mod:`~airflow_provider_crew.waiting.stopping` says when and why; the trigger does the same
+for a deferred task).
+
+A task's process ends its wait without the crew in three ways: Airflow kills it (:meth:`on_kill`:
+``execution_timeout``, a user marking it failed or success or clearing it, a worker shutting down),
+the wait's own ``timeout`` passes, or a review round's ``response_timeout`` passes
+(:meth:`_stop_cut_off_wait`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_crew._compat import is_task_timeout, task_instance_state
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.rules import FollowedExecution, record_without_output
+from airflow_provider_crew.waiting.xcom import XCOM_STATUS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_crew.connection import CrewConnectionConfig
+
+# How long a killed task's process spends on stopping its execution: Airflow sends SIGKILL 5 s after
+# asking it to stop. The task instance's state is asked first, in this much of it.
+ON_KILL_SECONDS = 4.5
+ON_KILL_STATE_SECONDS = 1.5
+
+
+class CrewStopMixin:
+    """Stopping the execution a task waits for; mixed into :class:`~.task.CrewWaitMixin`."""
+
+    crew_conn_id: str
+    log: Any
+    crew_execution: FollowedExecution | None = None
+    #: ``stop_crew=None`` stops the execution when the task owns its wait: the kickoff, a resume and the
+    #: review's tasks do; a sensor only watches (docs/reliability.md, "Stopping what nobody waits for").
+    owns_execution: ClassVar[bool] = True
+    stop_crew: bool | None = None
+    # While a wait runs in this process: the execution, the task's context and the connection's settings.
+    _waiting: tuple[str, Context, CrewConnectionConfig] | None = None
+
+    def _stops_crew(self) -> bool:
+        """Whether this task stops its execution when something other than the crew ends its wait."""
+        return self.owns_execution if self.stop_crew is None else bool(self.stop_crew)
+
+    def on_kill(self) -> None:
+        """Airflow kills the task while it waits (``execution_timeout``, a user marking it failed or
+        success or clearing it, a worker shutting down): stop the execution, unless the task lives on.
+
+        A time-out says so itself; otherwise the task instance's state tells: still running (a worker
+        going away, a lost heartbeat) or up for retry, its retry reattaches, so nothing is stopped.
+        The process may be killed 5 s after Airflow asked, and this may run in a signal handler while
+        the task talks to Airflow, so the work runs in a thread and is given at most
+        :data:`ON_KILL_SECONDS`.
+        """
+        waiting = self._waiting
+        if waiting is None or not self._stops_crew():
+            return
+        kickoff_id, context, config = waiting
+        timed_out = is_task_timeout(sys.exc_info()[1])
+
+        def stop() -> None:
+            reason = stopping.EXECUTION_TIMEOUT if timed_out else self._kill_reason(kickoff_id, context)
+            if reason is not None:
+                self._stop_execution(kickoff_id, reason, config, context, patience=ON_KILL_SECONDS - 1.5)
+
+        worker = threading.Thread(target=stop, name="crew-stop", daemon=True)
+        worker.start()
+        worker.join(ON_KILL_SECONDS)
+
+    def _kill_reason(self, kickoff_id: str, context: Context) -> str | None:
+        """Why to stop the execution of a killed task, from its state; None to leave it running."""
+        ti = context["ti"]
+        state: list[str | None] = []
+        problem: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                state.append(
+                    task_instance_state(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1))
+                )
+            except Exception as error:  # the supervisor is gone, or does not answer
+                problem.append(error)
+
+        query = threading.Thread(target=ask, name="crew-task-state", daemon=True)
+        query.start()
+        query.join(ON_KILL_STATE_SECONDS)
+        if not state:
+            why = repr(problem[0]) if problem else f"no answer within {ON_KILL_STATE_SECONDS:g} s"
+            self.log.info(
+                "Not stopping crew execution %s: its task's state is unknown (%s).", kickoff_id, why
+            )
+            return None
+        reason = stopping.reason_for_state(state[0], deferred=False)
+        if reason is None:
+            self.log.info(
+                "Not stopping crew execution %s: the task is %s, so a retry will reattach to it.",
+                kickoff_id,
+                state[0],
+            )
+        return reason
+
+    def _stop_cut_off_wait(self, kickoff_id: str, reason: str, context: Context | None = None) -> str | None:
+        """Stop the execution whose wait this task ends without the crew (its timeout, say).
+
+        :return: What came of it, for the task's error (None when this task does not stop it).
+        """
+        waiting = self._waiting
+        if not self._stops_crew():
+            return None
+        try:
+            if waiting is not None and waiting[0] == kickoff_id:
+                _, context, config = waiting
+            else:  # resumed after a deferral: read the connection again
+                config = CrewHook(crew_conn_id=self.crew_conn_id).config
+            return self._stop_execution(kickoff_id, reason, config, context)
+        except Exception as error:  # the task's own error follows: a failed stop must not hide it
+            self.log.warning("Could not stop crew execution %s (%s): %s", kickoff_id, reason, error)
+            return f"the stop failed ({error})"
+
+    def _stop_execution(
+        self,
+        kickoff_id: str,
+        reason: str,
+        config: CrewConnectionConfig,
+        context: Context | None,
+        *,
+        patience: float | None = None,
+    ) -> str:
+        """``POST /stop`` (unless the connection turned stopping off, or the service has none), one log
+        line, and what the status XCom and the lineage facets say of it; returns what came of it."""
+        line = stopping.before_stop(config.base_url, kickoff_id, reason, enabled=config.stop_executions)
+        if line is not None:
+            self.log.info("%s", line)
+            return "not stopped (see the log)"
+        hook = CrewHook(crew_conn_id=self.crew_conn_id)
+        hook.__dict__["config"] = config  # no lookup: this may run while the task is being killed
+        result = hook.stop(kickoff_id) if patience is None else hook.stop(kickoff_id, patience=patience)
+        level, line = stopping.after_stop(config.base_url, kickoff_id, reason, result)
+        self.log.log(level, "%s", line)
+        followed = self.crew_execution or FollowedExecution(kickoff_id=kickoff_id)
+        followed.stopped = {"reason": reason, "answer": result.outcome.value}
+        self.crew_execution = followed
+        if context is not None:
+            self._after_stop(context, kickoff_id, followed.stopped)
+        return result.describe()
+
+    def _after_stop(self, context: Context, kickoff_id: str, stopped: dict[str, str]) -> None:
+        """Say in XCom ``status`` that the execution was stopped (best effort: the task may be dying)."""
+        result = self.crew_execution.result if self.crew_execution is not None else None
+        status = result.last_status if result is not None else None
+        last = record_without_output(status) if status is not None else {}
+        try:
+            context["ti"].xcom_push(key=XCOM_STATUS, value={**last, "stopped": stopped})
+        except Exception as error:
+            self.log.warning("Could not record the stop of crew execution %s in XCom: %s", kickoff_id, error)
