@@ -168,6 +168,22 @@ def test_a_failure_carries_the_crews_error(openlineage, crew_connection):
     )
 
 
+@pytest.mark.crew_service(
+    {"name": "slow", "inputs": ["topic"], "step_seconds": 10, "tasks": [{"name": "t", "agent": "Worker"}]}
+)
+def test_a_fail_event_says_the_execution_was_stopped(openlineage, crew_service, crew_connection):
+    from airflow_provider_crew.hooks.crew import CrewHook
+
+    kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x"})
+    task = kickoff_task()
+    timed_out = WaitResult(outcome=Outcome.TIMEOUT, message="Timed out waiting", last_status=None)
+    with pytest.raises(Exception, match="Stopping the execution: stopped"):
+        task._end_wait(kickoff_id, timed_out)
+    crew = facets_dict(task.get_openlineage_facets_on_failure(None))[CREW_EXECUTION_FACET]
+    assert crew["stopped"] == {"reason": "the wait's timeout passed", "answer": "stopped"}
+    assert crew_service.stops == [kickoff_id]
+
+
 def test_the_opt_in_works_with_partial_and_expand():
     """Mapped tasks validate partial() arguments against each class's own signature."""
     import pendulum
