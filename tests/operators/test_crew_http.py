@@ -73,8 +73,10 @@ def test_resume_of_an_execution_that_is_not_paused_says_its_current_state(crew_s
     with pytest.raises(
         CrewBadRequestError,
         match=f"{kickoff_id} could not be resumed: it is not waiting for human input \\(current state: SUCCESS",
-    ):
+    ) as caught:
         op.execute({"ti": FakeTI()})
+    # A retry would find it so again, and must not take a later pause for the one answered.
+    assert isinstance(caught.value, AirflowFailException) and "Failing without retry" in str(caught.value)
 
 
 def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(
@@ -493,17 +495,3 @@ def test_a_try_airflow_already_failed_sends_no_feedback(crew_service, paused, mo
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": _resume_ti(pause)})
     assert crew_service.request_count("resume") == 0
-
-
-def test_a_resume_of_an_execution_that_is_not_paused_fails_without_retry(crew_service, crew_connection):
-    kickoff_id = CrewHook().kickoff({"topic": "x", "current_year": "2026"})
-    crew_service.wait_for_state(kickoff_id)
-    op = CrewResumeOperator(
-        task_id="r",
-        kickoff_id=kickoff_id,
-        crew_task_id="research_task",
-        is_approve=True,
-        carry_over_webhooks=False,
-    )
-    with pytest.raises(AirflowFailException, match="Failing without retry"):
-        op.execute({"ti": FakeTI()})
