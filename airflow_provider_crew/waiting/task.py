@@ -235,20 +235,20 @@ class CrewWaitMixin(CrewStopMixin):
             max_poll_interval=self.max_poll_interval,
             log=self.log,
         )
-        self._waiting = (kickoff_id, context, hook.config)  # what on_kill stops while the wait runs here
-        try:
-            if not self.deferrable:
-                return wait_blocking(
-                    poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline)
-                )
-            # Read the status here first: a wait that is already over needs no trigger, and a trigger
-            # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event
-            # race (apache/airflow#67287) and fail the task.
-            step = _read_once(poller, hook)
-            if isinstance(step, WaitResult):
-                return step
-        finally:
+        # What on_kill stops while the wait runs here. Kept when the wait raises: Airflow's
+        # execution_timeout raises in it, then calls on_kill.
+        self._waiting = (kickoff_id, context, hook.config)
+        if not self.deferrable:
+            result = wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
             self._waiting = None
+            return result
+        # Read the status here first: a wait that is already over needs no trigger, and a trigger
+        # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event race
+        # (apache/airflow#67287) and fail the task.
+        step = _read_once(poller, hook)
+        self._waiting = None
+        if isinstance(step, WaitResult):
+            return step
         self._defer_wait(context, hook, poller)
 
     def _defer_wait(self, context: Context, hook: CrewHook, poller: Poller) -> NoReturn:
