@@ -10,6 +10,30 @@ PACKAGE_NAME = "airflow-provider-crew"
 INTEGRATION_NAME = "Crew"
 
 
+# Options under Airflow's [crew] section (airflow_provider_crew.waiting.race reads the one there is).
+CONFIG: dict[str, Any] = {
+    "crew": {
+        "description": "Options of airflow-provider-crew.",
+        "options": {
+            "deferral_race_hold": {
+                "description": (
+                    "Whether a deferred crew wait holds back an event that resumes a worker "
+                    "until Airflow's stale executor-event race (apache/airflow#72716) is past: "
+                    "``auto`` holds wherever the race exists (about 40 s after each deferral with "
+                    "Airflow's defaults); ``off`` never holds, for an Airflow with the race fixed. "
+                    "Read by the worker when a task defers; any other value fails the crew tasks "
+                    "that start executions at DAG parse."
+                ),
+                "version_added": "1.1.0",
+                "type": "string",
+                "example": "off",
+                "default": "auto",
+            }
+        },
+    }
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     """Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point.
 
@@ -52,6 +76,10 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": modules("sensors.crew"),
         "triggers": modules("triggers.crew", "review.answer"),
         "extra-links": ["airflow_provider_crew.links.crew.CrewExecutionLink"],
+        "task-decorators": [
+            {"name": "crew", "class-name": "airflow_provider_crew.decorators.crew.crew_task"}
+        ],
+        "config": CONFIG,
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

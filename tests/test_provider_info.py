@@ -49,9 +49,20 @@ def test_every_listed_module_and_class_imports():
         for entry in info[kind]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)
+    for decorator in info["task-decorators"]:
+        module, _, name = decorator["class-name"].rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), decorator
     for conn_type in info["connection-types"]:
         module, _, name = conn_type["hook-class-name"].rpartition(".")
         assert getattr(importlib.import_module(module), name).conn_type == conn_type["connection-type"]
+
+
+def test_the_config_section_declares_the_race_hold_switch_as_the_code_reads_it():
+    from airflow_provider_crew.waiting import race
+
+    options = get_provider_info()["config"][race.RACE_HOLD_SECTION]["options"]
+    assert options[race.RACE_HOLD_OPTION]["default"] == "auto" == race.RACE_HOLD_VALUES[0]
+    assert options[race.RACE_HOLD_OPTION]["example"] in race.RACE_HOLD_VALUES
 
 
 def test_package_name_matches_the_distribution_and_the_entry_point_is_registered():

@@ -16,9 +16,11 @@ work; a success whose end needs a worker: callbacks, listeners such as OpenLinea
 a review round, which must ask its next question), the review's answer trigger on 3.1-3.2, and the
 webhook plugin, which applies no wake before it.
 
-Delete this module, and the holds that use it, once the oldest Airflow the provider supports has the
-fix of #72716 (one candidate, #73546, stamps the try's ``workload_run_id`` on the executor's events):
-then ``AIRFLOW_DEFERRAL_RACE_FIXED`` in ``_compat`` is where to say so first.
+A deployment whose Airflow has the fix (a release, or a patched build) turns the hold off without a
+release of the provider: ``[crew] deferral_race_hold = off`` (``auto``, the default, holds wherever the
+race exists). Delete this module, and the holds that use it, once the oldest Airflow the provider
+supports has the fix of #72716 (one candidate, #73546, stamps the try's ``workload_run_id`` on the
+executor's events): then ``AIRFLOW_DEFERRAL_RACE_FIXED`` in ``_compat`` is where to say so first.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ import asyncio
 import time
 
 from airflow_provider_crew._compat import AIRFLOW_DEFERRAL_RACE_FIXED, conf, running_in_process_test
+from airflow_provider_crew.exceptions import CrewConfigurationError
+
+#: The Airflow config option that turns the hold off: ``[crew] deferral_race_hold``.
+RACE_HOLD_SECTION, RACE_HOLD_OPTION = "crew", "deferral_race_hold"
+#: Its values: ``auto`` holds wherever the race exists (the default); ``off`` never holds.
+RACE_HOLD_VALUES = ("auto", "off")
 
 # Airflow's supervisor checks a lingering task process against ``[core] task_success_overtime`` only
 # between its waits (up to ``[workers] min_heartbeat_interval``), then sends SIGTERM and, this long
@@ -44,14 +52,29 @@ def deferral_settle_seconds() -> float:
     under load); Airflow bounds it: ``[core] task_success_overtime`` after the deferral, noticed within
     ``[workers] min_heartbeat_interval``, it is terminated, killed at most 5 s later. Add a margin for
     the executor to report the exit and the scheduler to read it: 40 s with Airflow's defaults. Zero in
-    ``dag.test()``, which has no executor and so no race, and on an Airflow that fixed the race.
+    ``dag.test()``, which has no executor and so no race, on an Airflow that fixed the race, and with
+    ``[crew] deferral_race_hold = off`` (:func:`race_hold_enabled`).
     """
-    if AIRFLOW_DEFERRAL_RACE_FIXED or running_in_process_test():
+    if AIRFLOW_DEFERRAL_RACE_FIXED or running_in_process_test() or not race_hold_enabled():
         return 0.0
     overtime = conf.getfloat("core", "task_success_overtime", fallback=20.0)
     check_interval = conf.getfloat("workers", "min_heartbeat_interval", fallback=5.0)
     heartbeat = conf.getfloat("scheduler", "scheduler_heartbeat_sec", fallback=5.0)
     return overtime + check_interval + KILL_ESCALATION_SECONDS + max(SETTLE_MARGIN_SECONDS, 2 * heartbeat)
+
+
+def race_hold_enabled() -> bool:
+    """Whether ``[crew] deferral_race_hold`` leaves the hold on (``auto``, the default) or turns it off
+    (``off``, for an Airflow with apache/airflow#72716 fixed); any other value fails, naming the option."""
+    value = conf.get(RACE_HOLD_SECTION, RACE_HOLD_OPTION, fallback="auto")
+    setting = str(value).strip().lower()
+    if setting not in RACE_HOLD_VALUES:
+        raise CrewConfigurationError(
+            f"[{RACE_HOLD_SECTION}] {RACE_HOLD_OPTION} = {value!r} is not known; use one of "
+            f"{', '.join(map(repr, RACE_HOLD_VALUES))} (or AIRFLOW__CREW__DEFERRAL_RACE_HOLD in the "
+            "environment)."
+        )
+    return setting == "auto"
 
 
 async def hold_until(not_before: float) -> None:

@@ -31,7 +31,7 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
 from airflow_provider_crew.waiting import stopping
-from airflow_provider_crew.waiting.race import deferral_settle_seconds
+from airflow_provider_crew.waiting.race import deferral_settle_seconds, race_hold_enabled
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
     CrewWaitEvent,
@@ -179,6 +179,9 @@ class CrewWaitMixin(CrewStopMixin):
         timeout: timedelta | float,
     ) -> None:
         """Check and keep ``poll_interval``, ``max_poll_interval`` and ``timeout`` (in seconds)."""
+        # An unknown ``[crew] deferral_race_hold`` fails here, at DAG parse, before a task starts anything
+        # (at its deferral it would fail after the kickoff or resume was sent).
+        race_hold_enabled()
         self.poll_interval = seconds(poll_interval, "poll_interval")
         self.max_poll_interval = seconds(max_poll_interval, "max_poll_interval")
         self.timeout = seconds(timeout, "timeout")

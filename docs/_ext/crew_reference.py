@@ -122,6 +122,8 @@ def public_classes() -> list[type]:
 
 
 def kind_of(obj: Any) -> str:
+    if _decorated_operator(obj) is not None:
+        return "decorator"
     if not inspect.isclass(obj):
         return "function"
     from airflow.triggers.base import BaseTrigger
@@ -157,8 +159,20 @@ def docstring_fields(doc: str | None) -> tuple[str, dict[str, str], dict[str, st
     return "\n".join(prose).strip(), fields["param"], fields["xcom"]
 
 
+def _decorated_operator(obj: Any) -> type | None:
+    """The operator a TaskFlow decorator (``@task.crew``) builds, which it names; None for others."""
+    return None if inspect.isclass(obj) else getattr(obj, "decorated_operator_class", None)
+
+
+# What the decorated function's call gives a TaskFlow task, rather than the decorator's arguments.
+TASKFLOW_FILLED = {"op_args", "op_kwargs", "inputs"}
+
+
 def _own_functions(obj: Any) -> list[Any]:
-    """The ``__init__`` of the class and of each of its bases defined in this provider, leaf first."""
+    """The ``__init__`` of the class and of each of its bases defined in this provider, leaf first;
+    for a TaskFlow decorator, the decorator, then those of the operator it builds."""
+    if (operator := _decorated_operator(obj)) is not None:
+        return [obj, *_own_functions(operator)]
     if not inspect.isclass(obj):
         return [obj]
     functions = []
@@ -170,7 +184,10 @@ def _own_functions(obj: Any) -> list[Any]:
 
 
 def _own_bases(obj: Any) -> list[type]:
-    """The bases of a class defined in this provider, nearest first (none for a function)."""
+    """The bases of a class defined in this provider, nearest first (none for a function; the
+    operator and its bases for a TaskFlow decorator)."""
+    if (operator := _decorated_operator(obj)) is not None:
+        return [operator, *_own_bases(operator)]
     if not inspect.isclass(obj):
         return []
     return [klass for klass in obj.__mro__[1:] if klass.__module__.startswith(PACKAGE)]
@@ -221,15 +238,19 @@ def reference(obj_or_path: Any) -> Reference:
     path = f"{obj.__module__}.{obj.__qualname__}"
     summary, param_texts, xcom = docstring_fields(obj.__doc__)
     for base in _own_bases(obj):  # a parameter a base class defines is documented there, once
-        param_texts = {**docstring_fields(base.__doc__)[1], **param_texts}
+        base_params, base_xcom = docstring_fields(base.__doc__)[1:]
+        param_texts = {**base_params, **param_texts}
+        xcom = xcom if _decorated_operator(obj) is None else {**base_xcom, **xcom}
     summary = summary.split("\n\n", 1)[0].replace("\n", " ")
-    templated_fields = set(getattr(obj, "template_fields", ()) or ()) if inspect.isclass(obj) else None
+    templating = _decorated_operator(obj) or (obj if inspect.isclass(obj) else None)
+    templated_fields = set(getattr(templating, "template_fields", ()) or ()) if templating else None
+    skipped = TASKFLOW_FILLED if _decorated_operator(obj) is not None else set()
     parameters: list[Parameter] = []
     seen: set[str] = set()
     for function in _own_functions(obj):
         sources = _default_sources(function)
         for parameter in inspect.signature(function).parameters.values():
-            if parameter.name in ("self", "cls") or parameter.name in seen:
+            if parameter.name in ("self", "cls") or parameter.name in seen or parameter.name in skipped:
                 continue
             if parameter.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
                 continue
@@ -249,7 +270,7 @@ def reference(obj_or_path: Any) -> Reference:
                 )
             )
     # Airflow's own arguments (task_id, retries, timeout...) are documented by Airflow.
-    documented_elsewhere = {"kwargs", "task_id"}
+    documented_elsewhere = {"kwargs", "task_id", *skipped}
     return Reference(
         path=path,
         kind=kind_of(obj),
@@ -269,6 +290,9 @@ AIRFLOW_ARGUMENTS = {
     "trigger": "Operators create it; DAG code does not. Every argument is a JSON value and none is a "
     "secret, so it survives a triggerer restart.",
     "function": "",
+    "decorator": "It also takes the arguments of every Airflow operator (``task_id``, ``retries``, "
+    "``pool``, ...), and ``.override()``, ``.partial()`` and ``.expand()`` as ``@task`` does; "
+    "``multiple_outputs`` stays False.",
 }
 NO_XCOM = {
     "trigger": "A trigger pushes no XCom: it fires one event, which the deferred task's "
@@ -384,6 +408,7 @@ API_TASKS = (
     "airflow_provider_crew.sensors.crew.CrewStatusSensor",
     "airflow_provider_crew.operators.resume.CrewResumeOperator",
     "airflow_provider_crew.review.group.crew_human_review",
+    "airflow_provider_crew.decorators.crew.crew_task",
 )
 # The other public names, each at its one home.
 API_OTHERS = (
@@ -485,6 +510,10 @@ def api_page() -> str:
         "`crew_human_review` returns a `CrewReviewGroup`: `upstream >> review >> downstream` wires it "
         "like any task group; `review.output` is the result task's return value (the kickoff id) and "
         '`review.output["result"]` its final output.',
+        "",
+        "`@task.crew` (`crew_task`) is `CrewKickoffOperator` as a TaskFlow decorator: the function returns "
+        "the inputs, and the call's XComArg is the task's output (the kickoff id; "
+        '`["result"]`, `["human_input"]`, `["usage"]`, `["status"]` as above).',
         "",
     ]
     for path in (*API_TASKS, *API_OTHERS):

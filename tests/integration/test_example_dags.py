@@ -141,3 +141,23 @@ def test_taskflow_structured_output(run_dag, crew_service, deferrable):
     assert isinstance(output, dict)  # result_json arrives as a structure, not a string
     assert (output["company"], output["quarter"]) == ("Acme Heat Pumps", "Q3")
     assert run.xcom("summarise").startswith("based_on=")
+
+
+@SLOW_ENOUGH_TO_DEFER
+@pytest.mark.parametrize("deferrable", MODES)
+def test_task_decorator_single_and_mapped(run_dag, crew_service, deferrable):
+    run = run_dag("example_crew_task_decorator", deferrable=deferrable)
+
+    assert run.state == "success", run.stdout[-3000:]
+    assert_waited_as_configured(run, deferrable)
+    report = run.xcom("publish")
+    assert sorted(report) == ["glaciers", "overview", "tides", "volcanoes"]
+    overview_id = run.xcom("overview")  # the task returns the kickoff id, like every crew task
+    assert crew_service.executions[overview_id]["inputs"] == {"topic": "ocean energy", "current_year": "2026"}
+    assert report["overview"] == run.xcom("overview", key="result")
+    for index, topic in enumerate(["tides", "glaciers", "volcanoes"]):
+        kickoff_id = run.xcom("research", map_index=index)
+        assert crew_service.executions[kickoff_id]["inputs"] == {"topic": topic, "current_year": "2026"}
+        assert report[topic] == run.xcom("research", key="result", map_index=index)
+        assert topic in report[topic]
+    assert crew_service.request_count("kickoff") == 4

@@ -1,0 +1,1 @@
+"""TaskFlow decorators: ``@task.crew`` (registered through the provider info's ``task-decorators``)."""
