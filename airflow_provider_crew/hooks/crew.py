@@ -221,7 +221,8 @@ class CrewHook(BaseHook):
         return response.kickoff_id
 
     def get_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
-        """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``, as the connection says).
+        """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``): the status record, a
+        ``CrewStatus`` (``airflow_provider_crew.status``: ``state``, ``output``, ``progress``, ``raw``...).
 
         :param kickoff_id: The execution.
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's

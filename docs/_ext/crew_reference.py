@@ -134,6 +134,12 @@ def kind_of(obj: Any) -> str:
         return "trigger"
     if issubclass(obj, BaseSensorOperator):
         return "sensor"
+    from airflow_provider_crew._compat import BaseHook, BaseOperator
+
+    if issubclass(obj, BaseHook):
+        return "hook"
+    if not issubclass(obj, BaseOperator):
+        return "other"  # the review's task group, the execution link: no operator arguments
     return "operator"
 
 
@@ -290,10 +296,35 @@ AIRFLOW_ARGUMENTS = {
     "trigger": "Operators create it; DAG code does not. Every argument is a JSON value and none is a "
     "secret, so it survives a triggerer restart.",
     "function": "",
+    "hook": "",
+    "other": "",
     "decorator": "It also takes the arguments of every Airflow operator (``task_id``, ``retries``, "
     "``pool``, ...), and ``.override()``, ``.partial()`` and ``.expand()`` as ``@task`` does; "
     "``multiple_outputs`` stays False.",
 }
+INTERNAL = (
+    "Crew tasks create it when they defer; DAG code does not. Every argument is a JSON value and none "
+    "is a secret, so it survives a triggerer restart."
+)
+# A hook's methods a user calls; the form's class methods are Airflow's business.
+_NOT_FOR_USERS = frozenset({"get_ui_field_behaviour", "get_connection_form_widgets", "get_conn"})
+
+
+def _method_rows(path: str) -> list[str]:
+    """A hook's public methods, with their signatures and what they do (the docstring's first line)."""
+    klass = import_object(path)
+    rows = ["| Method | Returns | What it does |", "|---|---|---|"]
+    for name, value in vars(klass).items():
+        if name.startswith("_") or name in _NOT_FOR_USERS or not inspect.isfunction(value):
+            continue
+        signature = inspect.signature(value)
+        arguments = ", ".join(p for p in list(signature.parameters)[1:] if p not in ("kwargs",))
+        returns = format_type(signature.return_annotation)
+        first = (inspect.getdoc(value) or "").split("\n\n", 1)[0].replace("\n", " ")
+        rows.append(f"| `{name}({arguments})` | {_markdown_text(returns)} | {_markdown_text(first)} |")
+    return [*rows, ""] if len(rows) > 2 else []
+
+
 NO_XCOM = {
     "trigger": "A trigger pushes no XCom: it fires one event, which the deferred task's "
     "``execute_complete`` reads.",
@@ -356,7 +387,7 @@ def rst_lines(ref: Reference, *, heading_level: str | None = None) -> list[str]:
 
 
 def _markdown_text(text: str) -> str:
-    role = r":(?:class|func|meth|attr|mod|ref|doc):`~?([^`]+)`"
+    role = r":(?:class|func|meth|attr|mod|ref|doc|data|exc|obj):`~?([^`]+)`"
     text = re.sub(role, lambda match: f"`{match[1].split('.')[-1]}`", text)
     text = text.replace("``", "`")
     return " ".join(text.split()).replace("|", "\\|")
@@ -376,7 +407,11 @@ def markdown(ref: Reference) -> str:
             cells.append(_templated(parameter.templated))
         cells.append(parameter.description)
         rows.append("| " + " | ".join(_markdown_text(cell) or "-" for cell in cells) + " |")
+    if ref.kind == "trigger":  # internal: its arguments are no DAG author's words
+        return f"**{ref.name}** (internal): {_markdown_text(ref.summary)} {_markdown_text(INTERNAL)}\n"
     parts = [f"**{ref.name}**: {_markdown_text(ref.summary)}", "", *rows, ""]
+    if ref.kind == "hook":
+        parts += _method_rows(ref.path)
     if AIRFLOW_ARGUMENTS[ref.kind]:
         parts += [_markdown_text(AIRFLOW_ARGUMENTS[ref.kind]), ""]
     if ref.xcom:
@@ -417,6 +452,7 @@ API_OTHERS = (
     "airflow_provider_crew.review.result.CrewReviewResultOperator",
     "airflow_provider_crew.hooks.crew.CrewHook",
     "airflow_provider_crew.hooks.webhook_receiver.CrewWebhookReceiverHook",
+    "airflow_provider_crew.hooks.managed_agent.CrewManagedAgentHook",
     "airflow_provider_crew.triggers.crew.CrewStatusTrigger",
     "airflow_provider_crew.review.answer.CrewReviewAnswerTrigger",
     "airflow_provider_crew.links.crew.CrewExecutionLink",
@@ -467,7 +503,8 @@ code disagree). Every name has one home: import it from the module shown.
 def _ref_or_none(path: str) -> Reference | None:
     try:
         return reference(path)
-    except Exception:  # pragma: no cover - a feature this Airflow lacks (HITL before 3.1)
+    except Exception as error:  # a feature this Airflow lacks (HITL before 3.1), an extra not installed
+        UNIMPORTABLE[path] = str(error)
         return None
 
 
