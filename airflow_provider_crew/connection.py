@@ -1,21 +1,30 @@
-"""A ``crew`` connection's settings: read from an Airflow connection, checked, with their defaults.
+"""A ``crew`` connection's settings: one pydantic model, :class:`CrewConnectionConfig`, every request's.
 
-The form's fields and defaults are :mod:`airflow_provider_crew.connection_form`; this module reads a
-connection against them into a :class:`CrewConnectionConfig`, which every request of the hook uses.
-It imports nothing of Airflow beyond the provider's exceptions: the connection object is read as it
-comes.
+The extras' labels, defaults, bounds and choices are the form's
+(:data:`airflow_provider_crew.connection_form.CONN_FIELDS`): the model takes them from there, reads
+a connection against them and fails with a message that names the field and the fix. The form stays
+plain data, not generated from the model: Airflow reads the provider metadata in every process, DAG
+files included, and this module loads only where a connection is read. It imports nothing of Airflow.
 """
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlsplit
+
+from pydantic import (
+    AliasChoices,
+    AliasGenerator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from airflow_provider_crew.connection_form import (
     CONN_FIELDS,
@@ -26,7 +35,11 @@ from airflow_provider_crew.connection_form import (
     StatusPathStyle,
     TokenKind,
 )
-from airflow_provider_crew.exceptions import CrewConfigurationError
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from airflow_provider_crew.exceptions import CrewConfigurationError
 
 
 class CrewConnectionError(ValueError):
@@ -34,105 +47,154 @@ class CrewConnectionError(ValueError):
 
 
 MAX_BACKOFF_SECONDS = 60.0
-
-
-def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
-    """Read an extra stored plain (``timeout``) or with the old form prefix (``extra__crew__timeout``)."""
-    for key in (name, f"extra__{CONN_TYPE}__{name}"):
-        value = extra.get(key)
-        if value is not None and value != "":
-            return value
-    return None
-
-
-def _number(extra: Mapping[str, Any], name: str, *, integer: bool = False) -> float | int:
-    raw = _extra_value(extra, name)
-    default = CONN_FIELDS[name]["schema"]["default"]
-    if raw is None:
-        return default  # type: ignore[no-any-return]
-    try:
-        value: float | int = int(raw) if integer else float(raw)
-        if isinstance(raw, bool) or (integer and isinstance(raw, float) and not raw.is_integer()):
-            raise ValueError
-    except (TypeError, ValueError):
-        kind = "a whole number" if integer else "a number of seconds"
-        raise CrewConnectionError(
-            f"Connection extra '{name}' must be {kind}, got {raw!r}. Fix the '{CONN_FIELDS[name]['label']}' "
-            "field of the connection."
-        ) from None
-    if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
-        raise CrewConnectionError(
-            f"Connection extra '{name}' must not be negative, got {raw!r}. Set it to 0 or more "
-            f"(default {default})."
-        )
-    if value < (minimum := CONN_FIELDS[name]["schema"]["minimum"]):
-        raise CrewConnectionError(
-            f"Connection extra '{name}' must be at least {minimum}, got {value}. Leave it out for the "
-            f"default ({default})."
-        )
-    return value
-
-
-def _boolean(extra: Mapping[str, Any], name: str) -> bool:
-    raw = _extra_value(extra, name)
-    if raw is None:
-        return bool(CONN_FIELDS[name]["schema"]["default"])
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in {"true", "1", "yes", "on"}:
-        return True
-    if text in {"false", "0", "no", "off"}:
-        return False
-    raise CrewConnectionError(f"Connection extra '{name}' must be true or false, got {raw!r}.")
-
-
-def _choice(extra: Mapping[str, Any], name: str, enum_type: type[enum.Enum]) -> Any:
-    raw = _extra_value(extra, name)
-    if raw is None:
-        return enum_type(CONN_FIELDS[name]["schema"]["default"])
-    try:
-        return enum_type(str(raw).strip().lower())
-    except ValueError:
-        allowed = ", ".join(repr(member.value) for member in enum_type)
-        raise CrewConnectionError(
-            f"Connection extra '{name}' is {raw!r}; it must be one of {allowed}."
-        ) from None
-
-
 KICKOFF_ID_PLACEHOLDER = "{kickoff_id}"
+HTTP_RULE = (
+    "http:// is accepted only for a service on the same machine (localhost, 127.0.0.1 or [::1]); "
+    "anywhere else the bearer token would cross the network unencrypted"
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_PREFIX = f"extra__{CONN_TYPE}__"
+
+# pydantic reads true as 1 and any case of a choice as no choice: numbers refuse true and false
+# (as text they fail to parse), choices are compared in lower case.
+_Seconds = Annotated[float, BeforeValidator(lambda value: str(value) if isinstance(value, bool) else value)]
+_Count = Annotated[int, BeforeValidator(lambda value: str(value) if isinstance(value, bool) else value)]
+_LOWER_CASE = BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)
 
 
-def _execution_url_template(extra: Mapping[str, Any], name: str = "execution_url_template") -> str | None:
-    """The execution page URL template, checked: absolute http(s), ``{kickoff_id}`` in it, no credentials.
+def _extra(name: str) -> Any:
+    """The model's field for an extra of the form: its default and minimum."""
+    schema = CONN_FIELDS[name]["schema"]
+    return Field(schema["default"], ge=schema.get("minimum"))
 
-    The built URL goes to XCom and the Airflow UI, so a login in it would leak; the check says so
-    without echoing the value.
-    """
-    raw = _extra_value(extra, name)
-    if raw is None:
-        return None
-    fix = (
-        f"Fix the '{CONN_FIELDS[name]['label']}' field of the connection, e.g. "
-        f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}."
+
+class CrewConnectionConfig(BaseModel):
+    """Everything the hook needs from a ``crew`` connection, validated: one field per extra of the form."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        allow_inf_nan=False,
+        validate_default=True,
+        # An extra is read under its name or with the old form's prefix (extra__crew__read_timeout).
+        alias_generator=AliasGenerator(validation_alias=lambda name: AliasChoices(name, _PREFIX + name)),
     )
-    template = str(raw).strip()
-    parts = urlsplit(template)
-    if parts.username is not None or parts.password is not None:
-        raise CrewConnectionError(
-            f"Connection extra '{name}' must not contain a login or password: the link is shown in the "
-            f"Airflow UI and stored in XCom. {fix}"
+
+    base_url: str
+    token: str = Field(repr=False, min_length=1)
+    credential_kind: Annotated[TokenKind, _LOWER_CASE] = _extra("credential_kind")
+    connect_timeout: _Seconds = _extra("connect_timeout")
+    read_timeout: _Seconds = _extra("read_timeout")
+    verify_tls: bool = _extra("verify_tls")
+    retry_limit: _Count = _extra("retry_limit")
+    retry_delay: _Seconds = _extra("retry_delay")
+    retry_budget: _Seconds = _extra("retry_budget")
+    max_response_bytes: _Count = _extra("max_response_bytes")
+    status_path_style: Annotated[StatusPathStyle, _LOWER_CASE] = _extra("status_path_style")
+    stop_executions: bool = _extra("stop_executions")
+    wake_by_webhook: bool = _extra("wake_by_webhook")
+    safety_poll_interval: _Seconds = _extra("safety_poll_interval")
+    execution_url_template: str | None = _extra("execution_url_template")
+
+    @field_validator("execution_url_template", mode="before")
+    @classmethod
+    def _check_template(cls, raw: Any) -> str | None:
+        """Absolute http(s), ``{kickoff_id}`` in it, no credentials: the built URL goes to XCom and the
+        Airflow UI, so a login in it would leak; the message says so without echoing the value."""
+        if raw is None:
+            return None
+        name, template = "execution_url_template", str(raw)
+        fix = (
+            f"Fix the '{CONN_FIELDS[name]['label']}' field of the connection, e.g. "
+            f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}."
         )
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise CrewConnectionError(
-            f"Connection extra '{name}' must be an http(s) URL, got {template!r}. {fix}"
+        parts = urlsplit(template)
+        if parts.username is not None or parts.password is not None:
+            problem = (
+                "must not contain a login or password: the link is shown in the Airflow UI and stored in XCom"
+            )
+        elif parts.scheme not in {"http", "https"} or not parts.hostname:
+            problem = f"must be an http(s) URL, got {template!r}"
+        elif KICKOFF_ID_PLACEHOLDER not in template:
+            problem = f"has no {KICKOFF_ID_PLACEHOLDER} placeholder for the execution id, got {template!r}"
+        else:
+            return template
+        raise CrewConnectionError(f"Connection extra '{name}' {problem}. {fix}")
+
+    @classmethod
+    def from_connection_fields(
+        cls,
+        *,
+        conn_id: str | None,
+        host: str | None,
+        password: str | None,
+        extra: Mapping[str, Any] | None,
+        schema: str | None = None,
+        port: int | None = None,
+    ) -> CrewConnectionConfig:
+        """Build the config from an Airflow connection's fields; errors name the field and the fix.
+
+        An empty extra takes the default; the token is the password, else the extra ``token``.
+
+        :param conn_id: Named at the start of every error ("Connection 'crew_default': ..."). None
+            leaves it out: Airflow's Test action tests under a random id the user never chose.
+        :param host: The connection's host, the crew's base URL.
+        :param password: The connection's password, the bearer token.
+        :param extra: The connection's extras (``extra_dejson``).
+        :param schema: The connection's schema: a path appended to the base URL.
+        :param port: The connection's port.
+        """
+        given = {key: value for key, value in (extra or {}).items() if value is not None and value != ""}
+        fields = {key: value.strip() if isinstance(value, str) else value for key, value in given.items()}
+        try:
+            fields["base_url"] = normalise_base_url(host, port=port, path=schema)
+            if password:
+                fields["token"] = password.strip()
+            try:
+                return cls.model_validate(fields)
+            except ValidationError as invalid:
+                raise CrewConnectionError(_message(invalid.errors()[0], given)) from None
+        except CrewConnectionError as error:
+            if conn_id is None:
+                raise
+            raise CrewConnectionError(f"Connection {conn_id!r}: {error}") from None
+
+    def execution_url(self, kickoff_id: str) -> str | None:
+        """The execution's page in the crew's dashboard, or None when no template is set."""
+        if not self.execution_url_template:
+            return None
+        return build_execution_url(self.execution_url_template, kickoff_id)
+
+
+def _message(error: ErrorDetails, given: Mapping[str, Any]) -> str:
+    """pydantic's error as the provider says it: the field, the value given, and the fix."""
+    key, kind = str(error["loc"][0]), error["type"]
+    name = key.removeprefix(_PREFIX)
+    if name == "token":
+        return (
+            f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the crew's "
+            "status tab in it."
         )
-    if KICKOFF_ID_PLACEHOLDER not in template:
-        raise CrewConnectionError(
-            f"Connection extra '{name}' has no {KICKOFF_ID_PLACEHOLDER} placeholder for the execution id, "
-            f"got {template!r}. {fix}"
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    spec, raw, head = CONN_FIELDS[name], given.get(key), f"Connection extra '{name}'"
+    label, default = spec["label"], spec["schema"]["default"]
+    if kind == "enum":
+        allowed = ", ".join(repr(choice) for choice in spec["schema"]["enum"])
+        return f"{head} is {raw!r}; it must be one of {allowed}."
+    if kind.startswith("bool"):
+        return f"{head} must be true or false, got {raw!r}."
+    if kind.startswith(("int", "float")):
+        what = "a whole number" if kind.startswith("int") else "a number of seconds"
+        return f"{head} must be {what}, got {raw!r}. Fix the '{label}' field of the connection."
+    if kind == "greater_than_equal" and float(error["input"]) >= 0:
+        minimum = spec["schema"]["minimum"]
+        return (
+            f"{head} must be at least {minimum}, got {error['input']}. Leave it out for the default "
+            f"({default})."
         )
-    return template
+    if kind in ("greater_than_equal", "finite_number"):
+        return f"{head} must not be negative, got {raw!r}. Set it to 0 or more (default {default})."
+    return f"{head} is {raw!r}: {error['msg']}."
 
 
 def build_execution_url(template: str, kickoff_id: str) -> str:
@@ -141,13 +203,6 @@ def build_execution_url(template: str, kickoff_id: str) -> str:
     ``str.replace`` rather than ``str.format``: other braces in a dashboard URL stay as they are.
     """
     return template.replace(KICKOFF_ID_PLACEHOLDER, quote(str(kickoff_id), safe=""))
-
-
-HTTP_RULE = (
-    "http:// is accepted only for a service on the same machine (localhost, 127.0.0.1 or [::1]); "
-    "anywhere else the bearer token would cross the network unencrypted"
-)
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def is_loopback_host(hostname: str) -> bool:
@@ -224,85 +279,6 @@ def normalise_base_url(
     return parts.geturl().rstrip("/")
 
 
-@dataclass(frozen=True)
-class CrewConnectionConfig:
-    """Everything the hook needs from a ``crew`` connection, validated."""
-
-    base_url: str
-    token: str = field(repr=False)
-    credential_kind: TokenKind = TokenKind.ORGANIZATION
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    verify_tls: bool = True
-    retry_limit: int = 3
-    retry_delay: float = 1.0
-    retry_budget: float = 300.0
-    max_response_bytes: int = 32 * 1024 * 1024
-    status_path_style: StatusPathStyle = StatusPathStyle.AUTO
-    execution_url_template: str | None = None
-    wake_by_webhook: bool = False
-    safety_poll_interval: float = 300.0
-    stop_executions: bool = True
-
-    @classmethod
-    def from_connection_fields(
-        cls,
-        *,
-        conn_id: str | None,
-        host: str | None,
-        password: str | None,
-        extra: Mapping[str, Any] | None,
-        schema: str | None = None,
-        port: int | None = None,
-    ) -> CrewConnectionConfig:
-        """Build the config from an Airflow connection's fields; errors name the field and the fix.
-
-        :param conn_id: Named at the start of every error ("Connection 'crew_default': ..."). None
-            leaves it out: Airflow's Test action tests under a random id the user never chose.
-        :param host: The connection's host, the crew's base URL.
-        :param password: The connection's password, the bearer token.
-        :param extra: The connection's extras (``extra_dejson``).
-        :param schema: The connection's schema: a path appended to the base URL.
-        :param port: The connection's port.
-        """
-        extra = extra or {}
-        try:
-            base_url = normalise_base_url(host, port=port, path=schema)
-            token = (password or _extra_value(extra, "token") or "").strip()
-            if not token:
-                raise CrewConnectionError(
-                    f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the "
-                    "crew's status tab in it."
-                )
-            return cls(
-                base_url=base_url,
-                token=token,
-                credential_kind=_choice(extra, "credential_kind", TokenKind),
-                connect_timeout=float(_number(extra, "connect_timeout")),
-                read_timeout=float(_number(extra, "read_timeout")),
-                verify_tls=_boolean(extra, "verify_tls"),
-                retry_limit=int(_number(extra, "retry_limit", integer=True)),
-                retry_delay=float(_number(extra, "retry_delay")),
-                retry_budget=float(_number(extra, "retry_budget")),
-                max_response_bytes=int(_number(extra, "max_response_bytes", integer=True)),
-                status_path_style=_choice(extra, "status_path_style", StatusPathStyle),
-                execution_url_template=_execution_url_template(extra),
-                wake_by_webhook=_boolean(extra, "wake_by_webhook"),
-                safety_poll_interval=float(_number(extra, "safety_poll_interval")),
-                stop_executions=_boolean(extra, "stop_executions"),
-            )
-        except CrewConnectionError as error:
-            if conn_id is None:
-                raise
-            raise CrewConnectionError(f"Connection {conn_id!r}: {error}") from None
-
-    def execution_url(self, kickoff_id: str) -> str | None:
-        """The execution's page in the crew's dashboard, or None when no template is set."""
-        if not self.execution_url_template:
-            return None
-        return build_execution_url(self.execution_url_template, kickoff_id)
-
-
 # -- read from an Airflow connection ------------------------------------------------------------------
 
 
@@ -312,6 +288,8 @@ def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
     :param raw: ``connection.extra``.
     :param invalid: The error message when it is not a JSON object.
     """
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+
     if not raw:
         return {}
     try:
@@ -359,6 +337,8 @@ def config_from_connection(
     :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
         action, which tests under a random id the user never chose.
     """
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+
     if connection.conn_type not in (CONN_TYPE, None, ""):
         raise CrewConfigurationError(
             f"Connection {conn_id!r} has type {connection.conn_type!r}; "
@@ -379,6 +359,8 @@ def config_from_connection(
 
 def missing_connection(conn_id: str) -> CrewConfigurationError:
     """The error for a connection not defined where this runs, with the ways to define it."""
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+
     return CrewConfigurationError(
         f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
         f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."

@@ -35,7 +35,7 @@ TOKEN_LABEL = "Bearer token"
 
 
 # One definition of the extra fields: the provider metadata ("conn-fields"), the legacy form
-# widgets and the parser below all read it.
+# widgets and the connection model (connection.py: types, defaults, minimums, messages) all read it.
 #
 # No key may contain a word Airflow treats as secret ("token", "password", "secret", "proxy",
 # "bearer", "dsn" and the others of [core] sensitive_var_conn_names): Airflow would show the value

@@ -19,7 +19,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +116,7 @@ class CrewHook(BaseHook):
         return self._with_overrides((await shared_connection(self.crew_conn_id)).config)
 
     def _with_overrides(self, config: CrewConnectionConfig) -> CrewConnectionConfig:
-        return replace(config, **self._overrides) if self._overrides else config
+        return config.model_copy(update=self._overrides) if self._overrides else config
 
     # -- sending ---------------------------------------------------------------------------------
 
