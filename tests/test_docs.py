@@ -50,9 +50,11 @@ def test_every_parameter_appears_in_the_generated_tables():
         ref = crew_reference.reference(klass)
         rst = "\n".join(crew_reference.rst_lines(ref))
         markdown = crew_reference.markdown(ref)
+        if ref.kind == "trigger":  # internal: the DAG author's pages name it, without its arguments
+            assert markdown.startswith(f"**{ref.name}** (internal)") and "| `" not in markdown, ref.name
         for parameter in ref.parameters:
             assert f"``{parameter.name}``" in rst, (ref.name, parameter.name)
-            assert f"| `{parameter.name}` |" in markdown, (ref.name, parameter.name)
+            assert ref.kind == "trigger" or f"| `{parameter.name}` |" in markdown, (ref.name, parameter.name)
         for key in ref.xcom:
             assert f"``{key}``" in rst and f"| `{key}` |" in markdown, (ref.name, key)
         assert f"<code>{ref.name}</code>" in readme_section
