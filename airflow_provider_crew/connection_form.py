@@ -43,7 +43,7 @@ TOKEN_LABEL = "Bearer token"
 # reopened (tests/test_provider_info.py checks this against Airflow's own masker).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "credential_kind": {
-        "label": "Token kind",
+        "label": "Credential kind",
         "description": "Organization bearer token (full access) or user bearer token (user-scoped). "
         "Informative: shown in logs and the connection test.",
         "schema": {
