@@ -84,7 +84,8 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "label": "Retry budget (s)",
         "description": "Seconds during which answers of 429 (rate limited) and 503 (unavailable) are "
         "retried, with a growing, jittered back-off that never waits less than the service's "
-        "Retry-After. A wait's deadline ends the retries sooner.",
+        "Retry-After. A wait's deadline ends the retries sooner. A kickoff or resume is retried only "
+        "on the service's own 503 (Retry-After or its JSON error), never on a gateway's.",
         "schema": {"type": ["number", "null"], "minimum": 0, "default": 300},
     },
     "max_response_bytes": {
