@@ -328,7 +328,7 @@ class CrewHook(BaseHook):
             return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
         return read_stop_answer(response)
 
-    async def astop(self, kickoff_id: str) -> StopResult:
+    async def astop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
         """:meth:`stop` for triggers, without blocking the event loop."""
         from airflow_provider_crew.hooks.client.request import USER_AGENT, stop_call
         from airflow_provider_crew.hooks.client.response import read_stop_answer
@@ -339,7 +339,7 @@ class CrewHook(BaseHook):
         try:
             config = self._with_overrides((await shared_connection(self.crew_conn_id)).config)
             call = stop_call(config, kickoff_id)
-            deadline = time.time() + STOP_PATIENCE_SECONDS
+            deadline = time.time() + patience
             policy = RetryPolicy(call, config, deadline=deadline, max_retries=1, clock=self._clock)
             response = await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
         except CrewError as error:

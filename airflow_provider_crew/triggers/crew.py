@@ -44,7 +44,12 @@ FIRST_POLLS_PER_SECOND = 500.0
 RACE_WINDOW_POLL_INTERVAL = 4.0
 # How long a cancelled trigger waits for Airflow to say its task instance's state. During a
 # triggerer's shutdown, 3.2+ never answer (their channel's reader is gone): then nothing is stopped.
-STATE_QUERY_SECONDS = 5.0
+# A triggerer's first request to its in-process execution API builds the API's routes first (3-4 s
+# measured here, beside other work): 5 s lost the first stop after a triggerer started. The state
+# and the stop fit in 3.3's [triggerer] on_kill_timeout (30 s).
+STATE_QUERY_SECONDS = 12.0
+# How long the stop itself may take from a trigger.
+STOP_SECONDS = 12.0
 
 
 class FirstPollPacer:
@@ -257,9 +262,9 @@ class CrewStatusTrigger(BaseTrigger):
         poller = self.poller(type(self).logger())
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
-        await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
         safety_poll = False  # whether this poll came on the safety interval, past the race bound
         try:
+            await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
             while True:
                 try:
                     step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
@@ -319,7 +324,7 @@ class CrewStatusTrigger(BaseTrigger):
         if line is not None:
             log.info("%s", line)
             return
-        result = await hook.astop(self.kickoff_id)
+        result = await hook.astop(self.kickoff_id, patience=STOP_SECONDS)
         level, line = stopping.after_stop(config.base_url, self.kickoff_id, reason, result)
         log.log(level, "%s", line)
 
