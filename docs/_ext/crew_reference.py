@@ -326,8 +326,9 @@ def _method_rows(path: str) -> list[str]:
 
 
 NO_XCOM = {
-    "trigger": "A trigger pushes no XCom: it fires one event, which the deferred task's "
-    "``execute_complete`` reads.",
+    "trigger": "A trigger fires one event, which the deferred task's ``execute_complete`` reads; one "
+    "that ends its task itself (nothing needs a worker at its end) first pushes the XComs the task "
+    "would have pushed.",
 }
 
 
