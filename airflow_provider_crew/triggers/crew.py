@@ -26,6 +26,7 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitFor,
     WaitResult,
+    outcome_of,
 )
 from airflow_provider_crew.waiting.xcom import end_log_line, result_xcoms
 
@@ -319,6 +320,17 @@ class CrewStatusTrigger(BaseTrigger):
         if reason is None:
             return  # the task is still deferred: a triggerer restart or hand-over, not a user
         hook = CrewHook(self.crew_conn_id)
+        # A webhook wake ends the deferral from outside too, and leaves the task instance as a user's
+        # action does (scheduled, running, or already success): it comes when the execution reached
+        # what the wait waits for, and the woken task reads it. Only an execution still short of that
+        # has nobody waiting for it.
+        try:
+            status = await hook.aget_status(self.kickoff_id, deadline=time.time() + STOP_SECONDS)
+        except CrewError as error:
+            log.info("Not stopping crew execution %s: its status is unknown (%s).", self.kickoff_id, error)
+            return
+        if outcome_of(status, WaitFor(self.wait_for)) is not None:
+            return  # finished, or paused where the wait ends at a pause: its task reads it
         config = await hook.aget_config()
         line = stopping.before_stop(config.base_url, self.kickoff_id, reason, enabled=config.stop_executions)
         if line is not None:

@@ -117,3 +117,22 @@ def test_stop_crew_is_a_json_primitive_kwarg():
     _, kwargs = trigger.serialize()
     assert kwargs["stop_crew"] is True
     assert CrewStatusTrigger.from_kwargs(kwargs).stop_crew is True
+
+
+@pytest.mark.crew_service("research")
+async def test_a_wake_is_no_users_action_the_execution_reached_what_the_wait_waits_for(
+    crew_service,
+    connect,  # noqa: F811
+    monkeypatch,
+):
+    # A webhook wake ends the deferral from outside and leaves the task instance running or already
+    # success, as a user's action does; it comes when the crew reached the wait's end, so nothing stops.
+    from airflow_provider_crew.hooks.crew import CrewHook
+
+    connect()
+    kickoff_id = CrewHook().kickoff({"topic": "woken", "current_year": "2026"})
+    crew_service.wait_for_state(kickoff_id)
+    monkeypatch.setattr(trigger_module, "task_instance_state", lambda *args: "success")
+    await trigger_for(kickoff_id).stop_if_abandoned()
+    await close_shared_sessions()
+    assert crew_service.stops == []
