@@ -275,7 +275,9 @@ class CrewWaitMixin(CrewStopMixin):
                 safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
                 ends_task_when_finished=Outcome.SUCCEEDED.value in ends_task,
                 ends_task_when_paused=Outcome.PAUSED.value in ends_task,
-                stop_crew=self._stops_crew() and hook.config.stop_executions,
+                # With the webhook wake on, a wake ends the deferral from outside as a user's action
+                # does: the trigger cannot tell them apart, so it stops nothing (docs/reliability.md).
+                stop_crew=self._stops_crew() and hook.config.stop_executions and wake is None,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
