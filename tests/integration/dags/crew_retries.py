@@ -27,10 +27,12 @@ def two_retries(dag_id: str) -> DAG:
 
 with DAG("crew_retry_reattach", schedule=None, start_date=START, catchup=False, default_args=DEFAULTS):
     # The first try times out while the status endpoint is unavailable; the retry must find the
-    # execution the first try started instead of starting a second one.
+    # execution the first try started instead of starting a second one. (stop_crew=False: the
+    # wait's timeout would otherwise stop it, and the retry start anew, as documented.)
     CrewKickoffOperator(
         task_id="kickoff",
         inputs={"topic": "retries", "current_year": "2026"},
+        stop_crew=False,
         timeout=3,
         poll_interval=0.5,
         max_poll_interval=0.5,
@@ -60,6 +62,7 @@ with two_retries("crew_pause_fails"):
 with DAG("crew_resume_retry", schedule=None, start_date=START, catchup=False):
     # The crew pauses on its draft; the resume rejects it, and its try times out (3 s) while the crew
     # redoes the draft (4 s): the retry must follow the execution, not send the feedback again.
+    # (stop_crew=False: a try cut off by its wait's timeout would otherwise stop the execution.)
     paused = CrewKickoffOperator(
         task_id="kickoff",
         inputs={"topic": "retries"},
@@ -74,6 +77,7 @@ with DAG("crew_resume_retry", schedule=None, start_date=START, catchup=False):
         crew_task_id="{{ ti.xcom_pull(task_ids='kickoff', key='human_input')['task_id'] }}",
         human_feedback="Shorter, please",
         is_approve=False,
+        stop_crew=False,
         timeout=3,
         poll_interval=0.5,
         max_poll_interval=0.5,
