@@ -106,10 +106,11 @@ def test_the_readme_parameter_reference_is_current():
 
 
 def test_the_api_page_is_the_code_at_a_glance():
-    if crew_reference.UNIMPORTABLE:
+    generated = crew_reference.api_page()
+    if crew_reference.UNIMPORTABLE:  # e.g. the managed-agent hook without common.ai, or HITL on 3.0
         pytest.skip(f"on this Airflow some modules do not import: {crew_reference.UNIMPORTABLE}")
     page = (REPO / "docs" / "api.md").read_text()
-    assert crew_reference.api_page() == page, "run: python scripts/reference_tables.py"
+    assert generated == page, "run: python scripts/reference_tables.py"
     # The vocabulary holds: the same default for each shared word on every task that takes it.
     tasks = [crew_reference.reference(path) for path in crew_reference.API_TASKS]
     for name in crew_reference.SHARED_PARAMETERS:
