@@ -101,12 +101,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         input values and the output to lineage backends. Off by default, since they may be
         private; the input names, the state, the progress and the token usage are always sent
         (docs/lineage.md).
-
     :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
         ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
     :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
@@ -266,8 +266,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         # heartbeat was late, on an overloaded Airflow) leaves its retry the execution to reattach to,
         # not a second one to start; after a clear it reads as absent (RetryRecords).
         if result.outcome is Outcome.FAILED:
-            # A retry starts anew after a FAILED execution (documented).
-            RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
+            self._forget_execution(context)  # a retry starts anew after a FAILED execution (documented)
         self._finish_wait(context, kickoff_id, result)
         return kickoff_id
 
@@ -275,9 +274,13 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         """A stopped execution is nobody's to reattach to: a retry, or the next run, starts anew."""
         super()._after_stop(context, kickoff_id, stopped)
         try:
-            RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
+            self._forget_execution(context)
         except Exception as error:  # a retry then finds it REVOKED, and starts anew all the same
             self.log.warning("Could not drop the record of crew execution %s: %s", kickoff_id, error)
+
+    def _forget_execution(self, context: Context) -> None:
+        """Drop this run's record of its execution: a retry, or the next run, starts anew."""
+        RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
 
     def _kickoff(self, context: Context, hook: CrewHook, records: RetryRecords) -> str:
         assert isinstance(self.inputs, Mapping)

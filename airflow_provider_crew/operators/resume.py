@@ -97,12 +97,12 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param openlineage_include_values: With the OpenLineage provider installed, also send the output
         to lineage backends. Off by default, since they may be private; the input names, the
         state, the progress and the token usage are always sent (docs/lineage.md).
-
     :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
         ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id.
     :xcom resume: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
@@ -244,7 +244,10 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 **webhooks,
             )
         except CrewBadRequestError as error:
-            records.delete(self.ANSWER_KEY)  # the service did not apply it
+            try:
+                records.delete(self.ANSWER_KEY)  # the service did not apply it
+            except Exception as store_error:  # "sending" stays: a retry reads the status first
+                self.log.warning("Could not drop this try's resume record: %s", store_error)
             raise self._not_paused_error(hook, execution_id, error) from None
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
         answer = {"status": result.status.value, "message": result.message}

@@ -87,12 +87,12 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     :param openlineage_include_values: With the OpenLineage provider installed, also send the
         output to lineage backends. Off by default, since it may be private; the state, the
         progress and the token usage are always sent (docs/lineage.md).
-
     :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
         ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+
     :xcom return_value: The kickoff id.
     :xcom result: When the execution finished: its final output, a ``dict`` for structured output;
         stored here only. ``None`` when the wait ended at a pause (not pushed: pulling it, or
