@@ -674,6 +674,7 @@ atexit.register(_count_open_sessions)
 """
 
 
+@pytest.mark.crew_service(speed=0.05)  # steps of 1 s, so that the mapped waits really defer
 def test_a_deferrable_dags_test_closes_its_sessions_and_prints_no_warning(run_dag, crew_service, tmp_path):
     """``airflow dags test`` runs each deferred trigger in its own ``asyncio.run`` loop. The shared
     aiohttp session is closed inside that loop as it ends, not left open after the loop is gone."""

@@ -121,7 +121,10 @@ def test_a_token_kept_in_the_extra_is_still_masked(monkeypatch):
     assert redact(f"sent {token} there") == "sent *** there"
 
 
+# Steps of 1 s: a task reads the status once before deferring, and the review crew's 0.2 s phases end
+# before that read on a loaded machine; this test is about the trigger's (async) connection path.
 @pytest.mark.integration
+@pytest.mark.crew_service(speed=0.05)
 def test_a_run_with_connection_extras_in_the_documented_form_logs_no_masking_warning(run_dag, crew_service):
     receiver = crew_service.webhooks
     crew = crew_service.connection_dict(crew="review")
