@@ -4,15 +4,16 @@ Both transports hold an answer to the same :class:`Limits`, so a broken or hosti
 one request, never the process that reads it (a triggerer reads the waits of every DAG):
 
 - a total time bound per attempt (``connect_timeout + read_timeout``, cut short by the caller's
-  deadline), not only a per-read one, so a body that trickles in byte by byte still ends;
-- a cap on the body counted after decompression (``max_response_bytes``): gzip and deflate are
-  decoded by :class:`BodyReader`, in bounded steps, never by the HTTP library, so a small body that
-  inflates to gigabytes (a gzip bomb) costs at most the cap plus one step.
+  deadline), checked between reads, so a body that trickles in byte by byte still ends;
+- a cap on the body counted after decompression (``max_response_bytes``), by :class:`BodyCap`.
+  The HTTP libraries decode gzip and deflate themselves in bounded pieces: urllib3 2.7 and aiohttp
+  3.13.3 cap what one read may inflate (the fixes for CVE-2025-66471, CVE-2026-44432 and
+  CVE-2025-69223; pyproject.toml asks for them), so a small body that inflates to gigabytes (a gzip
+  bomb) costs at most the cap plus one piece.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
 # A request started at (or after) the caller's deadline still gets this long, so a wait can read
 # the status one last time; a trickling body then ends this long after the deadline at most.
 LAST_ATTEMPT_SECONDS = 1.0
+# Largest piece read (and inflated) at once: a gzip bomb grows memory by at most the cap plus this.
 READ_CHUNK = 64 * 1024
-# Largest piece inflated at once: a gzip bomb grows memory by at most the cap plus this.
-INFLATE_STEP = 1024 * 1024
+# What both libraries decode. Not "x-gzip": aiohttp passes it on undecoded, and it was not asked for.
+_DECODED = frozenset({"", "identity", "gzip", "deflate"})
 
 
 @dataclass(slots=True)
@@ -71,47 +73,8 @@ def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
     )
 
 
-class _Inflater:
-    """gzip or deflate, decoded in steps of at most INFLATE_STEP bytes."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        # gzip: 16 + MAX_WBITS; deflate is zlib-wrapped by the RFC but raw in some servers.
-        self._wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-        self._decompressor = zlib.decompressobj(self._wbits)
-        self._started = False
-
-    def inflate(self, data: bytes, room: int) -> list[bytes]:
-        """Decode ``data``; stop early once more than ``room`` bytes came out."""
-        pieces: list[bytes] = []
-        produced = 0
-        while data and produced <= room:
-            step = min(INFLATE_STEP, room - produced + 1)
-            try:
-                out = self._decompressor.decompress(data, step)
-            except zlib.error:
-                if self.encoding != "deflate" or self._started:
-                    raise
-                self._decompressor = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate
-                self._started = True
-                continue
-            self._started = True
-            pieces.append(out)
-            produced += len(out)
-            data = self._decompressor.unconsumed_tail
-            if self._decompressor.eof:
-                data = self._decompressor.unused_data
-                if not data.strip(b"\0"):
-                    break
-                self._decompressor = zlib.decompressobj(self._wbits)  # a gzip of several members
-        return pieces
-
-    def flush(self) -> bytes:
-        return self._decompressor.flush()
-
-
-class BodyReader:
-    """Collects one answer's body, decoding gzip or deflate itself, and stops at the cap.
+class BodyCap:
+    """Collects one answer's body as the HTTP library decoded it, and stops at the cap.
 
     :param call: The request the body answers (for error messages).
     :param status_code: The answer's status code.
@@ -119,16 +82,15 @@ class BodyReader:
     :param max_bytes: The cap, in bytes after decompression.
     """
 
+    __slots__ = ("_call", "_max_bytes", "_parts", "_size")
+
     def __init__(self, call: Call, status_code: int, headers: Mapping[str, str], max_bytes: int) -> None:
-        self.call = call
-        self.status_code = status_code
-        self.max_bytes = max_bytes
-        encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
-        if encoding in ("identity", ""):
-            self._inflater: _Inflater | None = None
-        elif encoding in ("gzip", "x-gzip", "deflate"):
-            self._inflater = _Inflater("deflate" if encoding == "deflate" else "gzip")
-        else:
+        self._call = call
+        self._max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        encoding = (headers.get("Content-Encoding") or "").strip().lower()
+        if encoding not in _DECODED:  # the libraries would pass it on undecoded, or decode brotli
             raise CrewServerError(
                 call.explain(
                     f"{call.endpoint} answered {status_code} with Content-Encoding {encoding!r}, which was "
@@ -137,54 +99,19 @@ class BodyReader:
                 endpoint=call.endpoint,
                 status_code=status_code,
             )
-        self._parts: list[bytes] = []
-        self._size = 0
-        if self._inflater is None:
-            # An honest Content-Length over the cap fails before a byte of the body is read.
-            declared = headers.get("Content-Length")
-            if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
-                raise response_too_large(call, max_bytes)
-
-    @property
-    def identity(self) -> bool:
-        return self._inflater is None
+        # An honest Content-Length over the cap fails before a byte of the body is read.
+        declared = headers.get("Content-Length", "").strip()
+        if encoding in ("", "identity") and declared.isdigit() and int(declared) > max_bytes:
+            raise response_too_large(call, max_bytes)
 
     def feed(self, data: bytes) -> None:
-        """Add a piece of the body as it came off the wire; raises once over the cap."""
-        if self._inflater is None:
-            self._add([data])
-            return
-        try:
-            pieces = self._inflater.inflate(data, self.max_bytes - self._size)
-        except zlib.error as error:
-            raise self._not_decodable(error) from None
-        self._add(pieces)
+        """Add a decoded piece of the body; raises once over the cap."""
+        self._size += len(data)
+        if self._size > self._max_bytes:
+            self._parts.clear()
+            raise response_too_large(self._call, self._max_bytes)
+        self._parts.append(data)
 
     def finish(self) -> bytes:
         """The whole body, decoded."""
-        if self._inflater is not None:
-            try:
-                self._add([self._inflater.flush()])
-            except zlib.error as error:
-                raise self._not_decodable(error) from None
         return b"".join(self._parts)
-
-    def _add(self, pieces: list[bytes]) -> None:
-        for piece in pieces:
-            self._size += len(piece)
-            if self._size > self.max_bytes:
-                self._parts.clear()
-                raise response_too_large(self.call, self.max_bytes)
-            if piece:
-                self._parts.append(piece)
-
-    def _not_decodable(self, error: zlib.error) -> CrewServerError:
-        assert self._inflater is not None
-        return CrewServerError(
-            self.call.explain(
-                f"{self.call.endpoint} answered {self.status_code} with a body that is not valid "
-                f"{self._inflater.encoding} ({error})."
-            ),
-            endpoint=self.call.endpoint,
-            status_code=self.status_code,
-        )

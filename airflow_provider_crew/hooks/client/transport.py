@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew.hooks.client.limits import READ_CHUNK, BodyReader, Limits
+from airflow_provider_crew.hooks.client.limits import READ_CHUNK, BodyCap, Limits
 from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, redirect_target
 from airflow_provider_crew.hooks.client.request import Call
 from airflow_provider_crew.hooks.client.response import Response
@@ -138,22 +138,14 @@ class SyncTransport:
 
         complete = False
         try:
-            reader = BodyReader(call, raw.status_code, raw.headers, limits.max_bytes)
-            stream = raw.raw
-            # One recv per read (read1), each under the time left, so the total bound holds even
-            # for a body that trickles in; urllib3 before 2.x has no read1 and reads in full chunks.
-            read = getattr(stream, "read1", None) or stream.read
-            sock = getattr(getattr(stream, "connection", None), "sock", None)
-            while True:
-                left = limits.total - (time.monotonic() - started)
-                if left <= 0:
+            body = BodyCap(call, raw.status_code, raw.headers, limits.max_bytes)
+            # read1: one recv at most per read, each under the request's read time-out, and the total
+            # bound checked between reads, so a body that trickles in ends within one read time-out
+            # of the bound. urllib3 decodes gzip and deflate, at most READ_CHUNK bytes per read.
+            while chunk := raw.raw.read1(READ_CHUNK, decode_content=True):
+                body.feed(chunk)
+                if time.monotonic() - started > limits.total:
                     return over_time(limits)
-                if sock is not None:
-                    sock.settimeout(min(limits.read_timeout, left))
-                chunk = read(READ_CHUNK, decode_content=False)
-                if not chunk:
-                    break
-                reader.feed(chunk)
             complete = True
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as error:
             if time.monotonic() - started >= limits.total * 0.99:
@@ -164,10 +156,7 @@ class SyncTransport:
                 raw.raw.release_conn()  # back to the pool for the next request
             else:
                 raw.close()  # the rest of the body is unread: drop the connection
-        return Response(raw.status_code, raw.headers, reader.finish())
-
-
-_ENCODING = "Content-Encoding"
+        return Response(raw.status_code, raw.headers, body.finish())
 
 
 def classify_aiohttp_error(error: BaseException) -> Failure:
@@ -185,6 +174,9 @@ def classify_aiohttp_error(error: BaseException) -> Failure:
     ):
         return Failure.NOT_SENT
     return Failure.UNKNOWN
+
+
+_ENCODING = "Content-Encoding"
 
 
 # -- async: aiohttp, the session shared per event loop ------------------------------------------------
@@ -210,7 +202,6 @@ def _new_session(user_agent: str) -> aiohttp.ClientSession:
         connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
         headers={"User-Agent": user_agent},
         raise_for_status=False,
-        auto_decompress=False,  # BodyReader inflates, under the cap
     )
 
 
@@ -311,10 +302,11 @@ class AsyncTransport:
                     if length is not None and length <= limits.max_bytes and _ENCODING not in raw.headers:
                         # The usual answer: plain, its length known and under the cap. One read.
                         return Response(status, raw.headers, await raw.read())
-                    reader = BodyReader(call, status, raw.headers, limits.max_bytes)
+                    body = BodyCap(call, status, raw.headers, limits.max_bytes)
+                    # aiohttp decodes gzip and deflate as the body arrives, a bounded piece at a time.
                     async for chunk in raw.content.iter_chunked(READ_CHUNK):
-                        reader.feed(chunk)
-                    return Response(status, raw.headers, reader.finish())
+                        body.feed(chunk)
+                    return Response(status, raw.headers, body.finish())
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             if time.monotonic() - started >= limits.total * 0.99:
                 return over_time(limits)
