@@ -19,7 +19,8 @@ measures:
 - errors: waits that ended (every execution runs for an hour, so any event is an error), tasks
   that raised, and warnings logged.
 
-Variants: ``crew`` (CrewStatusTrigger, default poll intervals: 2 s growing to 15 s), ``wake``
+Variants: ``crew`` (CrewStatusTrigger, default poll intervals: 2 s growing to 15 s; ``crew-nopace``
+without the first-poll pacer, ``crew-nocache`` with a connection lookup per poll), ``wake``
 (CrewStatusTrigger as webhook wake defers it: one look after the first interval, then a safety
 poll every 300 s; the webhooks that end these waits come through the api-server, not this loop) and ``http``
 (Airflow's HttpSensorTrigger polling a URL that answers 404, every ``--http-interval`` seconds, a
@@ -118,9 +119,18 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
     ids: list[str] = json.loads(os.environ["BENCH_IDS"])
     n = args.n
     freeze = args.variant.endswith("-f")
-    kind = args.variant.removesuffix("-f")
+    kind, _, without = args.variant.removesuffix("-f").partition("-no")
     if kind in ("crew", "wake"):
+        from airflow_provider_crew.hooks import crew as hook_module
         from airflow_provider_crew.triggers import crew as module
+
+        # Ablations, to see what a piece earns: "-nopace" polls first when the jitter says, without
+        # FirstPollPacer; "-nocache" looks the connection up on every poll, not once per loop and
+        # minute (here from an environment variable, the cheapest backend there is).
+        if without == "pace":
+            module.FirstPollPacer.delay = lambda self, wanted, now: wanted  # type: ignore[method-assign]
+        elif without == "cache":
+            hook_module.CONNECTION_TTL_SECONDS = 0.0
 
         # "wake": the wait as webhook wake defers it: a first look, then a safety poll every 300 s.
         safety = 300.0 if kind == "wake" else 0.0
