@@ -123,9 +123,10 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
         ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
         ``None`` at a pause, without waiting, or when the service reports no token counts.
-    :xcom status: When waiting: the last status record, as the service sent it, less the final
-        output (``result``, ``result_json``, and the last task's ``output`` when it is that output),
-        which is stored once, in ``result``. ``None`` without waiting.
+    :xcom status: When waiting: the last status record, as the service sent it, less the outputs
+        another key holds once: at the end the final output (``result``, ``result_json``, and the last
+        task's ``output`` when it is that output), in ``result``; at a pause the paused task's output,
+        in ``human_input``. ``None`` without waiting.
     :xcom execution_url: The execution's page, when the connection has an execution page URL
         template; pushed right after the kickoff. The task's "Crew execution" link opens it.
     """

@@ -8,6 +8,7 @@ downstream, whether pulled (``xcom_pull``) or taken as an XComArg (:func:`crew_o
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_crew.status import CrewStatus
@@ -37,12 +38,28 @@ def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
     }
 
 
+def record_without_paused_output(status: CrewStatus) -> dict[str, Any]:
+    """``status.raw`` less the copies of the paused task's output, which XCom ``human_input`` holds once:
+    ``last_executed_task.output`` and the ``task_output`` or ``output`` of ``pending_human_input`` or
+    ``human_input``, where they are that output."""
+    record = dict(status.raw)
+    output = status.paused_task_output
+    for key in ("last_executed_task", "pending_human_input", "human_input"):
+        part = record.get(key)
+        if output is not None and isinstance(part, Mapping):
+            record[key] = {
+                k: v for k, v in part.items() if not (k in ("output", "task_output") and v == output)
+            }
+    return record
+
+
 def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
     """What a wait that ended finished or paused pushes to XCom, by key.
 
-    ``status`` (the last record, less the final output: :func:`~.rules.record_without_output`), then
-    ``human_input`` at a pause, or ``usage`` (when the service reported it) and ``result`` (the final
-    output, stored once) at the end. The worker pushes them one by one; a trigger that ends the task
+    ``status`` (the last record, less the outputs another key holds: :func:`~.rules.record_without_output`,
+    :func:`record_without_paused_output`), then ``human_input`` at a pause (the paused task's
+    output, stored once), or ``usage`` (when the service reported it) and ``result`` (the final output,
+    stored once) at the end. The worker pushes them one by one; a trigger that ends the task
     itself pushes them too: the same keys and values either way.
 
     A key not named here is not pushed, not pushed as None: Airflow reads a None XCom as a missing one
@@ -51,11 +68,12 @@ def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
     """
     status = result.last_status
     xcoms: dict[str, Any] = {}
-    if status is not None:
-        xcoms[XCOM_STATUS] = record_without_output(status)
     if result.outcome is Outcome.PAUSED and status is not None:
+        xcoms[XCOM_STATUS] = record_without_paused_output(status)
         xcoms[XCOM_HUMAN_INPUT] = paused_task(status, kickoff_id)
         return xcoms
+    if status is not None:
+        xcoms[XCOM_STATUS] = record_without_output(status)
     if status is not None and status.usage is not None:
         # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
         xcoms[XCOM_USAGE] = status.usage

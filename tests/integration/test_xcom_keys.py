@@ -62,6 +62,12 @@ def test_after_a_pause_result_and_usage_are_none_downstream(
     assert result.xcom("result_is_none") == "got None"
     (kickoff_id,) = crew_service.executions
     assert result.xcom("human_input") == crew_service.executions[kickoff_id]["task_ids"]["draft_task"]
+    # The paused task's output is stored once, in human_input; status keeps the rest of the record.
+    paused_task = result.xcom("kickoff", "human_input")
+    status = result.xcom("kickoff", "status")
+    assert paused_task["task_output"] and status["state"] == "PAUSED"
+    assert status["last_executed_task"]["task_id"] == paused_task["task_id"]
+    assert "output" not in status["last_executed_task"], status
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferred"])

@@ -52,9 +52,27 @@ def test_a_pause_pushes_the_paused_task_and_no_result():
     xcoms = result_xcoms("k1", paused())
     assert set(xcoms) == {"status", "human_input"}
     assert xcoms["human_input"] == {"execution_id": "k1", "task_id": "t-1", "task_output": "the draft"}
+    # The paused task's output is stored once, in human_input: the status record keeps the rest.
+    assert xcoms["status"]["last_executed_task"] == {"task_id": "t-1", "name": "draft_task"}
+    assert xcoms["status"]["state"] == "PAUSED"
     # Not pushed as None: Airflow reads a None XCom as a missing one (and 3.0 refuses to store it).
     # The crew task's XComArg is what gives None (below).
     assert "result" not in xcoms and "result" in NONE_WHEN_ABSENT
+
+
+def test_a_pause_drops_every_copy_of_the_paused_output_and_keeps_other_fields():
+    record = paused(
+        pending_human_input={"task_id": "t-1", "task_output": "the draft", "asked_at": "12:00"},
+        last_step={"output": "the draft"},  # not a place the paused output is read from: kept
+    )
+    status = result_xcoms("k1", record)["status"]
+    assert status["pending_human_input"] == {"task_id": "t-1", "asked_at": "12:00"}
+    assert status["last_executed_task"] == {"task_id": "t-1", "name": "draft_task"}
+    assert status["last_step"] == {"output": "the draft"}
+
+    other = paused(pending_human_input={"task_id": "t-1", "task_output": "the draft"})
+    other.last_status.raw["last_executed_task"]["output"] = "an earlier note"
+    assert result_xcoms("k1", other)["status"]["last_executed_task"]["output"] == "an earlier note"
 
 
 def test_an_end_pushes_the_result_and_usage_and_no_human_input():
