@@ -147,6 +147,23 @@ class CrewHook(BaseHook):
         policy = RetryPolicy(call, self.config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
+    async def _asend(
+        self,
+        call: Call,
+        config: CrewConnectionConfig,
+        *,
+        retry_limit: int | None = None,
+        deadline: float | None = None,
+    ) -> Response:
+        """:meth:`_send` on the event loop: the loop's shared session, and ``config`` as the loop shares
+        the connection's settings."""
+        from airflow_provider_crew.hooks.client.request import USER_AGENT
+        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
+        from airflow_provider_crew.hooks.client.transport import AsyncTransport
+
+        policy = RetryPolicy(call, config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
+        return await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+
     def _post(
         self,
         path: str,
@@ -247,19 +264,15 @@ class CrewHook(BaseHook):
 
         Every wait in the event loop shares the connection, the requests' headers and the session.
         """
-        from airflow_provider_crew.hooks.client.request import USER_AGENT, StatusRead
+        from airflow_provider_crew.hooks.client.request import StatusRead
         from airflow_provider_crew.hooks.client.response import read_get_answer
-        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
-        from airflow_provider_crew.hooks.client.transport import AsyncTransport
         from airflow_provider_crew.status import CrewStatus
 
         shared = await shared_connection(self.crew_conn_id)
         config = self._with_overrides(shared.config)
         read = StatusRead(config, shared.headers, kickoff_id)
-        send = AsyncTransport(USER_AGENT).send  # sends with the event loop's shared session
         for call, style, last in read.calls():
-            policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
-            response = await asend_with_retries(send, policy)
+            response = await self._asend(call, config, deadline=deadline)
             if read.is_answer(response.status_code, last=last):
                 status = read_get_answer(call, response, CrewStatus.from_response)
                 read.parsed(style)
@@ -330,18 +343,14 @@ class CrewHook(BaseHook):
 
     async def astop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
         """:meth:`stop` for triggers, without blocking the event loop."""
-        from airflow_provider_crew.hooks.client.request import USER_AGENT, stop_call
+        from airflow_provider_crew.hooks.client.request import stop_call
         from airflow_provider_crew.hooks.client.response import read_stop_answer
-        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
-        from airflow_provider_crew.hooks.client.transport import AsyncTransport
         from airflow_provider_crew.models import StopOutcome, StopResult
 
         try:
             config = self._with_overrides((await shared_connection(self.crew_conn_id)).config)
             call = stop_call(config, kickoff_id)
-            deadline = time.time() + patience
-            policy = RetryPolicy(call, config, deadline=deadline, max_retries=1, clock=self._clock)
-            response = await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+            response = await self._asend(call, config, retry_limit=1, deadline=time.time() + patience)
         except CrewError as error:
             return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
         return read_stop_answer(response)

@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import is_task_timeout, task_instance_state
-from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import FollowedExecution, record_without_output
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS
@@ -67,7 +67,9 @@ class CrewStopMixin:
         def stop() -> None:
             reason = stopping.EXECUTION_TIMEOUT if timed_out else self._kill_reason(kickoff_id, context)
             if reason is not None:
-                self._stop_execution(kickoff_id, reason, config, context, patience=ON_KILL_SECONDS - 1.5)
+                self._stop_execution(
+                    kickoff_id, reason, config, context, patience=ON_KILL_SECONDS - ON_KILL_STATE_SECONDS
+                )
 
         worker = threading.Thread(target=stop, name="crew-stop", daemon=True)
         worker.start()
@@ -130,7 +132,7 @@ class CrewStopMixin:
         config: CrewConnectionConfig,
         context: Context | None,
         *,
-        patience: float | None = None,
+        patience: float = STOP_PATIENCE_SECONDS,
     ) -> str:
         """``POST /stop`` (unless the connection turned stopping off, or the service has none), one log
         line, and what the status XCom and the lineage facets say of it; returns what came of it."""
@@ -140,7 +142,7 @@ class CrewStopMixin:
             return "not stopped (see the log)"
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         hook.__dict__["config"] = config  # no lookup: this may run while the task is being killed
-        result = hook.stop(kickoff_id) if patience is None else hook.stop(kickoff_id, patience=patience)
+        result = hook.stop(kickoff_id, patience=patience)
         level, line = stopping.after_stop(config.base_url, kickoff_id, reason, result)
         self.log.log(level, "%s", line)
         followed = self.crew_execution or FollowedExecution(kickoff_id=kickoff_id)

@@ -42,11 +42,12 @@ def record_without_paused_output(status: CrewStatus) -> dict[str, Any]:
     """``status.raw`` less the copies of the paused task's output, which XCom ``human_input`` holds once:
     ``last_executed_task.output`` and the ``task_output`` or ``output`` of ``pending_human_input`` or
     ``human_input``, where they are that output."""
-    record = dict(status.raw)
-    output = status.paused_task_output
+    record, output = dict(status.raw), status.paused_task_output
+    if output is None:
+        return record
     for key in ("last_executed_task", "pending_human_input", "human_input"):
         part = record.get(key)
-        if output is not None and isinstance(part, Mapping):
+        if isinstance(part, Mapping):
             record[key] = {
                 k: v for k, v in part.items() if not (k in ("output", "task_output") and v == output)
             }

@@ -48,15 +48,20 @@ class Response:
         return json.loads(self.content.decode("utf-8")) if self.content else None
 
 
-def raise_for_response(call: Call, response: Response) -> None:
-    """Turn an error status into the typed error, quoting what the service said."""
-    if response.status_code < 400:
-        return
+def service_said(response: Response) -> ServiceError:
+    """What the service said in an answer's body: its JSON error shape, or the text."""
     try:
         body = response.json()
     except ValueError:
         body = None
-    said = ServiceError.from_body(body, response.text)
+    return ServiceError.from_body(body, response.text)
+
+
+def raise_for_response(call: Call, response: Response) -> None:
+    """Turn an error status into the typed error, quoting what the service said."""
+    if response.status_code < 400:
+        return
+    said = service_said(response)
     message = f"{call.endpoint} answered {response.status_code}: {said.describe()}"
     if response.note:
         message = f"{message}. {response.note}"
@@ -94,11 +99,7 @@ def read_stop_answer(response: Response) -> StopResult:
     :param response: The answer.
     """
     code = response.status_code
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    said = ServiceError.from_body(body, response.text).message or ""
+    said = service_said(response).message or ""
     if code < 300:
         return StopResult(outcome=StopOutcome.STOPPED, detail=said)
     if code == 400:  # "Cannot stop execution. Current state: SUCCESS"

@@ -326,10 +326,14 @@ def send_with_retries(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
+
+    def attempt() -> Response | TransportFailure:
+        return send(policy.call, policy.limits())
+
     decisions = _Decisions(policy)
-    if decisions.after(send(policy.call, policy.limits())):
+    if decisions.after(attempt()):
         sleep(decisions.delay())
-        tenacity.Retrying(sleep=sleep, **decisions.loop_args())(lambda: send(policy.call, policy.limits()))
+        tenacity.Retrying(sleep=sleep, **decisions.loop_args())(attempt)
     return decisions.answer()
 
 
