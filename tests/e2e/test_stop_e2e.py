@@ -139,6 +139,26 @@ def deferred_in_triggerer(airflow: AirflowStack, dag_id: str, run_id: str) -> di
     return ti if ti["state"] == "deferred" and trigger.get("triggerer_id") else None
 
 
+def start_deferred(
+    airflow: AirflowStack, service: Any, dag_id: str, crew: str, *, polls: int
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Trigger ``dag_id``; once its kickoff is deferred in a triggerer and the crew's execution has been
+    read ``polls`` times (1: the task's read before deferring; 2: the trigger's first read too), return
+    the run id, the task instance and the execution."""
+    run_id = airflow.trigger(dag_id)
+    ti = wait_for(
+        lambda: deferred_in_triggerer(airflow, dag_id, run_id),
+        timeout=120,
+        what="the kickoff to defer to the triggerer",
+    )
+    execution = wait_for(
+        lambda: waiting_execution(service, crew, polls=polls),
+        timeout=30,
+        what=f"{polls} status read(s) of the execution",
+    )
+    return run_id, ti, execution
+
+
 def finish(airflow: AirflowStack, dag_id: str, run_id: str) -> str:
     def ended() -> str | None:
         airflow.check_alive()
@@ -190,18 +210,8 @@ def mark(airflow: AirflowStack, dag_id: str, run_id: str, state: str) -> float:
 def test_a_deferred_kickoff_marked_failed_is_stopped_within_seconds(stop_stack):
     airflow, service = stop_stack
     dag_id = "stop_deferred_failed"
-    run_id = airflow.trigger(dag_id)
-    wait_for(
-        lambda: deferred_in_triggerer(airflow, dag_id, run_id),
-        timeout=120,
-        what="the kickoff to defer to the triggerer",
-    )
     # The trigger polls (the task read the status once before deferring): its wait is under way.
-    execution = wait_for(
-        lambda: waiting_execution(service, "deferred_failed", polls=2),
-        timeout=30,
-        what="the trigger's first status read",
-    )
+    run_id, _, execution = start_deferred(airflow, service, dag_id, "deferred_failed", polls=2)
     kickoff_id = execution["kickoff_id"]
 
     sent = mark(airflow, dag_id, run_id, "failed")
@@ -225,15 +235,7 @@ def test_a_deferred_kickoff_marked_failed_before_its_triggers_first_poll_is_stop
     user who marks the task failed before it is cut off all the same."""
     airflow, service = stop_stack
     dag_id = "stop_deferred_failed_early"
-    run_id = airflow.trigger(dag_id)
-    wait_for(
-        lambda: deferred_in_triggerer(airflow, dag_id, run_id),
-        timeout=120,
-        what="the kickoff to defer to the triggerer",
-    )
-    execution = wait_for(
-        lambda: waiting_execution(service, "deferred_failed_early"), timeout=30, what="the execution"
-    )
+    run_id, _, execution = start_deferred(airflow, service, dag_id, "deferred_failed_early", polls=1)
     kickoff_id = execution["kickoff_id"]
     assert execution["polls"] == 1, execution  # the task's read before deferring; none by the trigger
 
@@ -262,17 +264,7 @@ def test_a_deferred_kickoff_marked_failed_before_its_triggers_first_poll_is_stop
 def test_a_triggerer_killed_and_replaced_leaves_the_execution_running(stop_stack):
     airflow, service = stop_stack
     dag_id = "stop_triggerer_restart"
-    run_id = airflow.trigger(dag_id)
-    ti = wait_for(
-        lambda: deferred_in_triggerer(airflow, dag_id, run_id),
-        timeout=120,
-        what="the kickoff to defer to the triggerer",
-    )
-    execution = wait_for(
-        lambda: waiting_execution(service, "triggerer_restart", polls=2),
-        timeout=30,
-        what="the trigger's first status read",
-    )
+    run_id, ti, execution = start_deferred(airflow, service, dag_id, "triggerer_restart", polls=2)
     kickoff_id = execution["kickoff_id"]
     old_triggerer = ti["trigger"]["triggerer_id"]
 
