@@ -44,6 +44,7 @@ from airflow_provider_crew.waiting.task import (
     default_deferrable,
     kicked_off_at_record,
 )
+from airflow_provider_crew.waiting.task_stop import checked_stop_crew
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -175,7 +176,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.stop_crew = stop_crew
+        self.stop_crew = checked_stop_crew(stop_crew)
         self.inputs = inputs
         self.crew_conn_id = crew_conn_id
         self.meta = meta

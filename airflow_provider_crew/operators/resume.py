@@ -37,6 +37,7 @@ from airflow_provider_crew.waiting.task import (
     CrewWaitMixin,
     default_deferrable,
 )
+from airflow_provider_crew.waiting.task_stop import checked_stop_crew
 from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.stop_crew = stop_crew
+        self.stop_crew = checked_stop_crew(stop_crew)
         if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
             raise CrewConfigurationError(
                 "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."

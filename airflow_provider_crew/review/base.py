@@ -19,6 +19,7 @@ from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
 from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, XCOM_KICKOFF_ID, CrewWaitMixin
+from airflow_provider_crew.waiting.task_stop import checked_stop_crew
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -92,7 +93,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self.crew_conn_id = crew_conn_id
         self.inputs = inputs
         self.openlineage_include_values = openlineage_include_values
-        self.stop_crew = stop_crew
+        self.stop_crew = checked_stop_crew(stop_crew)
         # Waiting never holds a worker slot: the trigger waits for the crew, Airflow's
         # human-in-the-loop machinery for the reviewer.
         self.deferrable = True

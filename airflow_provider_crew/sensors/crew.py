@@ -33,6 +33,7 @@ from airflow_provider_crew.waiting.task import (
     seconds,
     stopped_or_running,
 )
+from airflow_provider_crew.waiting.task_stop import checked_stop_crew
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -144,7 +145,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         self.not_found_grace = seconds(not_found_grace, "not_found_grace")
         self.kickoff_task_id = kickoff_task_id or upstream_task_id(kickoff_id)
         self.openlineage_include_values = openlineage_include_values
-        self.stop_crew = stop_crew
+        self.stop_crew = checked_stop_crew(stop_crew)
         # One wait's state across the pokes of one task try (poke mode keeps this instance).
         self._poke_poller: tuple[tuple[str, Any], Poller] | None = None
 

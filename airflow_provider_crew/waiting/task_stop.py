@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import is_task_timeout, task_instance_state
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import FollowedExecution, record_without_output
@@ -29,6 +30,17 @@ if TYPE_CHECKING:
 # asking it to stop. The task instance's state is asked first, in this much of it.
 ON_KILL_SECONDS = 4.5
 ON_KILL_STATE_SECONDS = 1.5
+
+
+def checked_stop_crew(value: Any) -> bool | None:
+    """``stop_crew`` as given, once it is True, False or None; anything else fails at DAG parse, naming
+    it (a string such as ``"false"`` would otherwise read as true)."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise CrewConfigurationError(
+        f"stop_crew must be True, False or None (None: stop the execution when this task owns its wait), "
+        f"got {value!r}."
+    )
 
 
 class CrewStopMixin:

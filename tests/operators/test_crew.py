@@ -72,6 +72,22 @@ def test_kickoff_bad_input_fails_at_parse_naming_the_parameter(kwargs, message):
         kickoff(**kwargs)
 
 
+@pytest.mark.parametrize("value", ["false", 0, "no"])
+def test_stop_crew_takes_true_false_or_none_on_every_task_that_has_it(value):
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
+    from airflow_provider_crew.sensors.crew import CrewStatusSensor
+
+    message = rf"stop_crew must be True, False or None .*got {value!r}"
+    with pytest.raises(CrewConfigurationError, match=message):
+        kickoff(stop_crew=value)
+    with pytest.raises(CrewConfigurationError, match=message):
+        CrewResumeOperator(task_id="r", kickoff_id="k-1", crew_task_id="t", is_approve=True, stop_crew=value)
+    with pytest.raises(CrewConfigurationError, match=message):
+        CrewStatusSensor(task_id="s", kickoff_id="k-1", stop_crew=value)
+    for given in (True, False, None):
+        assert kickoff(stop_crew=given).stop_crew is given
+
+
 def test_templated_and_xcom_values_are_validated_at_task_start_not_parse():
     op = kickoff(inputs="{{ params.inputs }}", task_webhook_url="{{ var.value.hook }}")
     assert op.inputs == "{{ params.inputs }}"

@@ -184,6 +184,7 @@ def test_the_group_lays_out_a_wait_and_a_round_per_round_then_the_result_and_wir
         ({"approve_on_timeout": True}, "approve_on_timeout=True needs a response_timeout"),
         ({"task_webhook_url": "ftp://x"}, "task_webhook_url"),
         ({"poll_interval": 0}, "poll_interval must be greater than 0"),
+        ({"stop_crew": "false"}, "stop_crew must be True, False or None"),
     ],
 )
 def test_bad_configuration_fails_at_parse(kwargs, message):
