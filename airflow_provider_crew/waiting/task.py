@@ -60,6 +60,8 @@ XCOM_KICKOFF_ID = "kickoff_id"
 XCOM_KICKED_OFF_AT = "kicked_off_at"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
+#: What a crew task adds to its serialized form, for the Crew tab in the api-server.
+SERIALIZED_FOR_THE_UI = frozenset({"crew_conn_id", "poll_interval", "max_poll_interval"})
 
 DEFAULT_TIMEOUT = timedelta(hours=24)
 #: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
@@ -125,6 +127,12 @@ class CrewWaitMixin(CrewStopMixin):
     deferrable: bool
     log: Any
     crew_execution: FollowedExecution | None = None
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's serialized fields plus the connection and the poll pace: the api-server's Crew tab
+        reads them from the serialized DAG to follow a running execution (plugins/crew_views.py)."""
+        return super().get_serialized_fields() | SERIALIZED_FOR_THE_UI  # type: ignore[misc]
 
     @property
     def output(self) -> Any:
