@@ -1,0 +1,101 @@
+"""The Crew tab of a task instance and the Crews page: plain HTML and a little script, served by the
+api-server plugin at ``/crew-ui`` and shown by Airflow 3.1+ as its ``external_views`` (:mod:`.webhooks`).
+
+- ``GET /crew-ui/task-instance/{dag_id}/{run_id}/{task_id}/{map_index}``: the tab's page; it reads
+  ``GET /crew-ui/api/task-instance/...`` and reads it again at the wait's pace while the task runs.
+- ``GET /crew-ui/crews``: the page in the navigation; it reads ``GET /crew-ui/api/crews``.
+
+The pages hold no data. The ``api`` routes answer only a user Airflow's auth manager lets read the
+task instances of the DAG (the page's own DAG, or every DAG listed), as Airflow's own routes ask it:
+the same session (the UI's token cookie, or a bearer token), ``is_authorized_dag`` with
+``DagAccessEntity.TASK_INSTANCE``, and ``get_authorized_dag_ids`` for the list. Without a session they
+answer 401, without the right 403, and no data. Nothing they answer holds a token: the connection's
+token stays in the hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+from typing import Annotated, Any
+
+from airflow.api_fastapi.core_api.security import get_user
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from airflow_provider_crew.plugins import crew_views_data as data
+
+# Airflow's own dependency finds the user (the bearer token, else the UI's token cookie): 401 without
+# a token, 403 for an invalid one. Airflow 3.1+: the plugin mounts this app there only.
+UserDep = Annotated[Any, Depends(get_user)]
+
+TAB_PATH = "/task-instance/{dag_id}/{run_id}/{task_id}/{map_index}"
+#: The longest window the Crews page reads.
+MAX_DAYS = 90
+# Read the pages once, when the app is built.
+_PAGES = {
+    name: resources.files(__package__).joinpath("static", name).read_text("utf-8")
+    for name in ("crew_tab.html", "crews.html")
+}
+_NO_STORE = {"Cache-Control": "no-store"}
+
+
+def _map_index(raw: str) -> int:
+    """The UI leaves ``{MAP_INDEX}`` unreplaced for a task that is not mapped: that is -1."""
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+def _may_read_task_instances(user: Any, dag_id: str | None) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user
+    )
+
+
+def _readable_dags(user: Any) -> set[str]:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+
+
+def create_app() -> FastAPI:
+    """The app of the Crew tab and the Crews page."""
+    app = FastAPI(title="Crew views", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get(TAB_PATH, response_class=HTMLResponse)
+    async def tab_page() -> HTMLResponse:
+        return HTMLResponse(_PAGES["crew_tab.html"], headers=_NO_STORE)
+
+    @app.get("/crews", response_class=HTMLResponse)
+    async def crews_page() -> HTMLResponse:
+        return HTMLResponse(_PAGES["crews.html"], headers=_NO_STORE)
+
+    @app.get("/api" + TAB_PATH)
+    async def task_instance(
+        dag_id: str, run_id: str, task_id: str, map_index: str, user: UserDep
+    ) -> JSONResponse:
+        if not await asyncio.to_thread(_may_read_task_instances, user, dag_id):
+            raise HTTPException(403, "Forbidden: you may not read this DAG's task instances.")
+        view = await asyncio.to_thread(data.task_view, dag_id, run_id, task_id, _map_index(map_index))
+        if not view["found"]:
+            raise HTTPException(404, "No such task instance.")
+        return JSONResponse(view, headers=_NO_STORE)
+
+    @app.get("/api/crews")
+    async def crews(
+        user: UserDep,
+        days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 7,
+        show: Annotated[str, Query(pattern="^(all|running|waiting)$")] = "all",
+    ) -> JSONResponse:
+        if not await asyncio.to_thread(_may_read_task_instances, user, None):
+            raise HTTPException(403, "Forbidden: you may not read task instances.")
+        dag_ids = await asyncio.to_thread(_readable_dags, user)
+        view = await asyncio.to_thread(data.crews_view, days, dag_ids, show)
+        return JSONResponse(view, headers=_NO_STORE)
+
+    return app

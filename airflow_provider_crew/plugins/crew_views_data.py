@@ -1,0 +1,435 @@
+"""What the Crew tab and the Crews page show, read from Airflow's metadata database in the api-server.
+
+The Crew tab of a finished task instance reads only what its XComs hold. While the task runs, the
+tab reads the execution's status from the crew service, at most once per :data:`MIN_REFRESH_SECONDS`
+per execution in this api-server process, with the connection and poll pace the task's serialized
+form carries (``CrewWaitMixin.get_serialized_fields``). When the service cannot be read, the tab
+shows the last status this process read, or the XComs, and says the service is unreachable.
+
+The Crews page reads task instances and their small XComs (``kickoff_id``, ``return_value``,
+``usage``, ``human_input``) of the window; it never calls a crew service. Everything here is
+synchronous database work: the app (:mod:`.crew_views`) runs it in threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+from airflow_provider_crew.status import CrewState, CrewStatus
+from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_RESULT, XCOM_STATUS, XCOM_USAGE
+
+#: The task types (``TaskInstance.operator``) of the provider's tasks, and the decorator's name.
+CREW_OPERATORS = (
+    "CrewKickoffOperator",
+    "CrewStatusSensor",
+    "CrewResumeOperator",
+    "CrewReviewRoundOperator",
+    "CrewReviewResultOperator",
+    "_CrewDecoratedOperator",
+)
+CREW_DECORATOR = "@task.crew"
+REVIEW_ROUND = "CrewReviewRoundOperator"
+#: The tab never reads a service more often than this, whatever the wait's pace.
+MIN_REFRESH_SECONDS = 2.0
+#: How long one status read from the api-server may take, retries included.
+SERVICE_READ_SECONDS = 5.0
+#: Characters of a finished execution's output the tab shows.
+OUTPUT_HEAD_CHARS = 2000
+LIVE_STATES = frozenset(
+    {"running", "deferred", "awaiting_input", "up_for_reschedule", "queued", "scheduled", "restarting"}
+)
+#: A review round waits for its reviewer in these states (3.3 has one of its own).
+AWAITING_REVIEWER = frozenset({"deferred", "awaiting_input"})
+TAB_XCOM_KEYS = (
+    "return_value",
+    "kickoff_id",
+    XCOM_STATUS,
+    XCOM_HUMAN_INPUT,
+    XCOM_USAGE,
+    XCOM_RESULT,
+    "execution_url",
+)
+PAGE_XCOM_KEYS = ("return_value", "kickoff_id", XCOM_USAGE, XCOM_HUMAN_INPUT)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _word(state: Any) -> str | None:
+    """A state column's value as its word (an enum's value, or the string)."""
+    return str(getattr(state, "value", state)) if state else None
+
+
+def _tokens(usage: Any) -> int | None:
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def _xcom_value(value: Any) -> Any:
+    """A stored XCom value as Airflow reads it back."""
+    global _deserialize
+    if _deserialize is None:  # imported once: the Crews page decodes thousands
+        from airflow.models.xcom import XComModel
+
+        _deserialize = XComModel.deserialize_value
+    return _deserialize(SimpleNamespace(value=value))
+
+
+_deserialize: Any = None
+
+
+# -- the connection and pace a task carries ----------------------------------------------------------
+
+
+def _serialized_task(session: Any, ti: Any) -> dict[str, Any]:
+    """The task's own fields in its serialized DAG (the version the task instance ran), or {}."""
+    from airflow.models.serialized_dag import SerializedDagModel
+    from sqlalchemy import select
+
+    query = select(SerializedDagModel).where(SerializedDagModel.dag_version_id == ti.dag_version_id)
+    serialized = session.scalars(query.limit(1)).first() if ti.dag_version_id else None
+    tasks = ((serialized.data or {}).get("dag") or {}).get("tasks", []) if serialized else []
+    for task in tasks.values() if isinstance(tasks, dict) else tasks:
+        fields = task.get("__var", task) if isinstance(task, dict) else {}
+        if fields.get("task_id") == ti.task_id:
+            partial = fields.get("partial_kwargs") or {}
+            partial = partial.get("__var", partial) if isinstance(partial, dict) else {}
+            return {**partial, **fields}
+    return {}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, dict):  # a serialized timedelta
+        value = value.get("__var")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _follow_settings(session: Any, ti: Any) -> tuple[str, float, str | None]:
+    """The task's connection id, its poll pace in seconds and, when deferred, the trigger's kickoff id."""
+    from airflow.models.trigger import Trigger
+
+    fields = _serialized_task(session, ti)
+    conn_id = _text(fields.get("crew_conn_id")) or "crew_default"
+    pace = _number(fields.get("poll_interval")) or MIN_REFRESH_SECONDS
+    kickoff_id = None
+    if ti.trigger_id is not None:
+        trigger = session.get(Trigger, ti.trigger_id)
+        kwargs = trigger.kwargs if trigger is not None and "CrewStatusTrigger" in trigger.classpath else {}
+        conn_id = _text(kwargs.get("crew_conn_id")) or conn_id
+        pace = _number(kwargs.get("poll_interval")) or pace
+        kickoff_id = _text(kwargs.get("kickoff_id"))
+    return conn_id, max(MIN_REFRESH_SECONDS, pace), kickoff_id
+
+
+# -- live status reads, shared by every viewer of an execution in this process ------------------------
+
+
+class LiveStatuses:
+    """The last status read per (connection, execution); a read at most every ``min_age`` seconds."""
+
+    def __init__(self, min_age: float = MIN_REFRESH_SECONDS) -> None:
+        self.min_age = min_age
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, CrewStatus | None, str | None]] = {}
+
+    def read(self, conn_id: str, kickoff_id: str) -> tuple[CrewStatus | None, str | None, float | None]:
+        """(the newest status known, why the service could not be read now or None, its age in s)."""
+        key = (conn_id, kickoff_id)
+        with self._lock:
+            read_at, status, problem = self._last.get(key, (0.0, None, None))
+            fresh = time.monotonic() - read_at < self.min_age
+        if not fresh:
+            status, problem = self._read(conn_id, kickoff_id, status)
+            read_at = time.monotonic()
+            with self._lock:
+                if len(self._last) > 10_000:
+                    self._last.clear()
+                self._last[key] = (read_at, status, problem)
+        return status, problem, time.monotonic() - read_at
+
+    @staticmethod
+    def _read(conn_id: str, kickoff_id: str, last: CrewStatus | None) -> tuple[CrewStatus | None, str | None]:
+        from airflow_provider_crew.exceptions import CrewError
+        from airflow_provider_crew.hooks.crew import CrewHook
+
+        try:
+            hook = CrewHook(crew_conn_id=conn_id, retry_limit=0)
+            return hook.get_status(kickoff_id, deadline=time.time() + SERVICE_READ_SECONDS), None
+        except CrewError as error:  # the message names no secret: the client's errors never carry one
+            return last, f"The crew service could not be read: {error}"
+        except Exception as error:  # a connection the api-server cannot look up, among others
+            return last, f"The crew service could not be read ({type(error).__name__})."
+
+
+LIVE = LiveStatuses()
+
+
+# -- the Crew tab ---------------------------------------------------------------------------------
+
+
+def _status_view(status: CrewStatus | None) -> dict[str, Any]:
+    if status is None:
+        return {"state": None}
+    progress = status.progress
+    output = status.output
+    if output is not None and not isinstance(output, str):
+        import json
+
+        output = json.dumps(output, indent=1, default=str)
+    return {
+        "state": status.state.value,
+        "state_word": status.raw_state or status.state.value,
+        "message": status.message,
+        "completed": progress.completed if progress else None,
+        "total": progress.total if progress else None,
+        "current_task": progress.current_task if progress else None,
+        "current_agent": progress.current_agent if progress else None,
+        "last_step": status.last_step,
+        "tokens": _tokens(status.usage),
+        "paused_task": status.paused_task_id,
+        "paused_output": (status.paused_task_output or "")[:OUTPUT_HEAD_CHARS] or None,
+        "error": status.error,
+        "output_head": output[:OUTPUT_HEAD_CHARS] if isinstance(output, str) else None,
+        "output_cut": isinstance(output, str) and len(output) > OUTPUT_HEAD_CHARS,
+    }
+
+
+def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, Any] | None:
+    """The review round of this run that asks about this execution, for the tab's link."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    query = (
+        select(XComModel.task_id, XComModel.map_index, XComModel.value)
+        .join(
+            TI,
+            (TI.dag_id == XComModel.dag_id)
+            & (TI.run_id == XComModel.run_id)
+            & (TI.task_id == XComModel.task_id)
+            & (TI.map_index == XComModel.map_index),
+        )
+        .where(XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id)
+        .where(XComModel.key == "review_request", TI.operator == REVIEW_ROUND)
+    )
+    for task_id, map_index, value in session.execute(query):
+        request = _xcom_value(value)
+        if isinstance(request, dict) and request.get("kickoff_id") == kickoff_id:
+            return {"task_id": task_id, "map_index": map_index}
+    return None
+
+
+def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
+    """What the Crew tab shows for one task instance (its latest try)."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        where = (TI.dag_id == dag_id, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index)
+        ti = session.scalars(select(TI).where(*where)).one_or_none()
+        if ti is None:
+            return {"found": False}
+        xcoms = _task_xcoms(session, ti)
+        state = _word(ti.state)
+        is_crew = ti.operator in CREW_OPERATORS or ti.custom_operator_name == CREW_DECORATOR
+        view: dict[str, Any] = {"found": True, "crew_task": is_crew, "ti_state": state}
+        if not is_crew:
+            return view
+        kickoff_id = _text(xcoms.get("kickoff_id")) or _text(xcoms.get("return_value"))
+        live = state in LIVE_STATES
+        conn_id, pace, trigger_kickoff_id = _follow_settings(session, ti) if live else ("", 0.0, None)
+        kickoff_id = kickoff_id or trigger_kickoff_id or _rendered_kickoff_id(session, ti)
+        review = _review_request(session, ti, kickoff_id) if kickoff_id else None
+    status, source, problem, age = None, "xcom", None, None
+    if XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict):
+        status = CrewStatus.from_response(xcoms[XCOM_STATUS])
+    if live and kickoff_id:
+        known, problem, age = LIVE.read(conn_id, kickoff_id)
+        if known is not None:
+            status, source = known, "service"
+    shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
+    view.update(
+        kickoff_id=kickoff_id,
+        execution_url=_text(xcoms.get("execution_url")),
+        live=live,
+        source=source,
+        service_problem=problem,
+        read_seconds_ago=round(age, 1) if age is not None else None,
+        refresh_seconds=pace if live else None,
+        review_task=review,
+        **shown,
+    )
+    return view
+
+
+def _task_xcoms(session: Any, ti: Any) -> dict[str, Any]:
+    """The task instance's XComs the tab reads, by key."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(XComModel.key, XComModel.value).where(
+            XComModel.dag_id == ti.dag_id,
+            XComModel.run_id == ti.run_id,
+            XComModel.task_id == ti.task_id,
+            XComModel.map_index == ti.map_index,
+            XComModel.key.in_(TAB_XCOM_KEYS),
+        )
+    )
+    return {key: _xcom_value(value) for key, value in rows}
+
+
+def _shown(status: CrewStatus | None, xcoms: dict[str, Any], usage: Any) -> dict[str, Any]:
+    """The status as the tab shows it; from XCom, the output the record no longer holds and the pause."""
+    output = xcoms.get(XCOM_RESULT)
+    if status is not None and status.state is CrewState.SUCCEEDED and isinstance(output, (str, dict, list)):
+        status = status.model_copy(update={"output": output})
+    shown = _status_view(status)
+    if shown.get("tokens") is None:
+        shown["tokens"] = _tokens(usage)
+    paused = xcoms.get(XCOM_HUMAN_INPUT)
+    if isinstance(paused, dict) and shown.get("state") in (None, "waiting_for_human_input"):
+        shown["state"] = "waiting_for_human_input"
+        shown["paused_task"] = shown.get("paused_task") or _text(paused.get("task_id"))
+        shown["paused_output"] = (_text(paused.get("task_output")) or "")[:OUTPUT_HEAD_CHARS] or None
+    return shown
+
+
+def _rendered_kickoff_id(session: Any, ti: Any) -> str | None:
+    """A sensor's or review task's ``kickoff_id`` as rendered for this run (it pushes it only at the end)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from sqlalchemy import select
+
+    fields = session.scalars(
+        select(RTIF.rendered_fields).where(
+            RTIF.dag_id == ti.dag_id,
+            RTIF.run_id == ti.run_id,
+            RTIF.task_id == ti.task_id,
+            RTIF.map_index == ti.map_index,
+        )
+    ).first()
+    return _text(fields.get("kickoff_id")) if isinstance(fields, dict) else None
+
+
+# -- the Crews page -------------------------------------------------------------------------------
+
+
+def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[tuple, dict[str, Any]]]:
+    """The crew task instances started since ``since`` (with their run's state), and their small XComs."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import or_, select
+
+    crew = or_(TI.operator.in_(CREW_OPERATORS), TI.custom_operator_name == CREW_DECORATOR)
+    window = or_(TI.start_date >= since, TI.start_date.is_(None) & TI.state.in_(list(LIVE_STATES)))
+    query = (
+        select(
+            TI.dag_id,
+            TI.run_id,
+            TI.task_id,
+            TI.map_index,
+            TI.state,
+            TI.start_date,
+            TI.end_date,
+            TI.operator,
+            DagRun.state.label("run_state"),
+        )
+        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
+        .where(crew, window)
+    )
+    xcom_query = select(
+        XComModel.dag_id,
+        XComModel.run_id,
+        XComModel.task_id,
+        XComModel.map_index,
+        XComModel.key,
+        XComModel.value,
+    ).where(XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
+    if dag_ids is not None:
+        query = query.where(TI.dag_id.in_(dag_ids))
+        xcom_query = xcom_query.where(XComModel.dag_id.in_(dag_ids))
+    with create_session() as session:
+        tis = session.execute(query).all()
+        xcoms: dict[tuple, dict[str, Any]] = defaultdict(dict)
+        for dag_id, run_id, task_id, map_index, key, value in session.execute(xcom_query):
+            xcoms[(dag_id, run_id, task_id, map_index)][key] = value
+    return list(tis), xcoms
+
+
+def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, tokens: Any, now: datetime) -> dict:
+    """One line of the Crews page."""
+    kickoff = held.get("kickoff_id", held.get("return_value"))
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "state": state,
+        "kickoff_id": _text(_xcom_value(kickoff)) if kickoff is not None else None,
+        "start": start.isoformat() if start else None,
+        "duration": round(((ti.end_date or now) - start).total_seconds(), 1) if start else None,
+        "tokens": tokens,
+    }
+
+
+def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500) -> dict[str, Any]:
+    """The crew task instances started in the last ``days`` days, in the DAGs the user may read.
+
+    :param days: The window, counted back from now.
+    :param dag_ids: The DAGs the user may read; None for all.
+    :param show: ``all``, ``running`` or ``waiting`` (for a person).
+    :param limit: The most rows listed (newest first); the counts and the plot cover the whole window.
+    """
+    since = datetime.now(timezone.utc) - timedelta(days=days)
+    tis, xcoms = _window(since, dag_ids)
+    now = datetime.now(timezone.utc)
+    # When the latest crew task of each run started: a task that ended at a pause still waits for a
+    # person when nothing in its running run has started since.
+    last_start_in_run: dict[tuple[str, str], datetime] = {}
+    for ti in tis:
+        if ti.start_date is not None:
+            key = (ti.dag_id, ti.run_id)
+            last_start_in_run[key] = max(last_start_in_run.get(key, ti.start_date), ti.start_date)
+    listed: list[tuple[Any, ...]] = []
+    tokens_by_day: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    counts = {"all": 0, "running": 0, "waiting": 0}
+    for ti in tis:
+        held = xcoms.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index), {})
+        state, start, end = _word(ti.state), ti.start_date, ti.end_date
+        tokens = _tokens(_xcom_value(held[XCOM_USAGE])) if XCOM_USAGE in held else None
+        paused_after = (
+            XCOM_HUMAN_INPUT in held
+            and _word(ti.run_state) == "running"
+            and end is not None
+            and last_start_in_run[(ti.dag_id, ti.run_id)] <= end
+        )
+        waiting = (ti.operator == REVIEW_ROUND and state in AWAITING_REVIEWER) or paused_after
+        running = state in LIVE_STATES and not waiting
+        counts["all"] += 1
+        counts["running"] += running
+        counts["waiting"] += waiting
+        if tokens and (day := (end or start)):
+            tokens_by_day[day.date().isoformat()][ti.dag_id] += tokens
+        if (show == "running" and not running) or (show == "waiting" and not waiting):
+            continue
+        listed.append((start, ti, held, "waiting for a person" if waiting else state, tokens))
+    # Newest first; only the rows shown are decoded and built.
+    listed.sort(key=lambda entry: entry[0] or now, reverse=True)
+    rows = [_row(ti, held, state, start, tokens, now) for start, ti, held, state, tokens in listed[:limit]]
+    return {
+        "days": days,
+        "show": show,
+        "counts": counts,
+        "rows": rows,
+        "more": max(0, len(listed) - limit),
+        "tokens_by_day": {day: dict(by_dag) for day, by_dag in sorted(tokens_by_day.items())},
+    }

@@ -1,0 +1,259 @@
+"""The Crew tab and the Crews page in a real browser, against a real api-server (Airflow 3.1+).
+
+One stack for the module: api-server, scheduler, dag-processor and triggerer; the local research crew
+at 5 s agent steps (a crew of about 20 s) on ``crew_default`` and the review crew on
+``crew_review``. The tab is opened where a user opens it, the task instance page's "Crew" tab; the
+page in Browse. Screenshots of every step go to the folder the test prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
+from tests.browser.harness import UI_TIMEOUT_MS, Steps, log_in, missing_requirement
+from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.browser,
+    pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="plugin views (external_views) need Airflow 3.1+"),
+    pytest.mark.skipif(bool(missing_requirement()), reason=str(missing_requirement())),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+REVIEW_DAG = REPO / "example_dags" / "example_crew_review_in_airflow.py"
+REVIEW_DAG_ID = "example_crew_review_in_airflow"
+DAG_ID = "crew_views"
+DAG_FILE = f'''
+import pendulum
+from airflow.sdk import DAG, task
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+
+with DAG(dag_id="{DAG_ID}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+    kickoff = CrewKickoffOperator(
+        task_id="kickoff", inputs={{"topic": "tides", "current_year": "2026"}}, poll_interval=2,
+        deferrable=False, retries=0,
+    )
+
+    @task
+    def report(output):
+        return len(output or "")
+
+    report(kickoff.output["result"])
+'''
+WAITING_STATE = "awaiting_input" if AIRFLOW_V_3_3_PLUS else "deferred"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStack, Any, Any]]:
+    from airflow_provider_crew.testing import LocalCrewService
+
+    tmp_path = tmp_path_factory.mktemp("crew-views")
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "crew_views.py").write_text(DAG_FILE)
+    shutil.copy(REVIEW_DAG, dags / REVIEW_DAG.name)
+    with contextlib.ExitStack() as resources:
+        research = resources.enter_context(LocalCrewService("research", speed=0.01))  # 5 s agent steps
+        review = resources.enter_context(LocalCrewService("review", speed=0.05))
+        env = {
+            **research.connection_env("crew_default"),
+            **review.connection_env("crew_review"),
+            "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
+                {"conn_type": "http", "host": review.webhooks.url_for("human"), "password": "hook-token"}
+            ),
+            **FAST_SETTLE,
+        }
+        airflow = AirflowStack(tmp_path / "home", dags, env)
+        airflow.patience = 60.0
+        try:
+            airflow.migrate()
+            airflow.start()
+            airflow.wait_for_dag(DAG_ID)
+            airflow.wait_for_dag(REVIEW_DAG_ID)
+            airflow.login()
+            yield airflow, research, review
+        finally:
+            airflow.stop()
+
+
+@pytest.fixture(scope="module")
+def waiting_review_run(stack: tuple[AirflowStack, Any, Any]) -> str:
+    """A run of the review example whose first round waits for its reviewer."""
+    airflow, _, _ = stack
+    run_id = airflow.trigger(REVIEW_DAG_ID)
+    wait_for(
+        lambda: state_of(airflow, REVIEW_DAG_ID, run_id, "review.round_1") == WAITING_STATE,
+        timeout=240,
+        what="the first review round waiting for its reviewer",
+    )
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def finished_run(stack: tuple[AirflowStack, Any, Any]) -> str:
+    """A run of the kickoff DAG whose crew finished (its tokens are in XCom ``usage``)."""
+    airflow, _, _ = stack
+    run_id = airflow.trigger(DAG_ID)
+    wait_for(lambda: airflow.dag_run_state(DAG_ID, run_id) == "success" or None, timeout=240, what="the run")
+    return run_id
+
+
+def tab_url(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str:
+    return f"{airflow.base_url}/dags/{dag_id}/runs/{quote(run_id)}/tasks/{task_id}/plugin/crew"
+
+
+def api_url(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str:
+    return f"{airflow.base_url}/crew-ui/api/task-instance/{dag_id}/{quote(run_id)}/{task_id}/-1"
+
+
+def frame(page: Any) -> Any:
+    return page.frame_locator("iframe[title='Crew'], iframe[title='Crews']")
+
+
+def state_of(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str | None:
+    return airflow.task_states(dag_id, run_id).get(task_id)
+
+
+def test_the_views_answer_no_data_without_a_valid_session(stack: tuple[AirflowStack, Any, Any]) -> None:
+    airflow, _, _ = stack
+    path = api_url(airflow, DAG_ID, "any", "kickoff")
+    anonymous = requests.get(path, timeout=30)
+    assert anonymous.status_code == 401, anonymous.text
+    forged = requests.get(path, headers={"Authorization": "Bearer not-a-token"}, timeout=30)
+    assert forged.status_code in (401, 403), forged.text
+    assert "kickoff_id" not in anonymous.text + forged.text
+    page_list = requests.get(f"{airflow.base_url}/crew-ui/api/crews", timeout=30)
+    assert page_list.status_code == 401
+    # The same user the UI logs in as may read it (the REST session's bearer token).
+    assert airflow.session.get(f"{airflow.base_url}/crew-ui/api/crews", timeout=30).status_code == 200
+    plugins = airflow.api("GET", "/plugins")["plugins"]
+    views = [view for plugin in plugins for view in plugin.get("external_views", [])]
+    assert {view["name"] for view in views} >= {"Crew", "Crews"}
+
+
+def test_the_tab_follows_a_running_kickoff_and_then_shows_what_xcom_holds(
+    stack: tuple[AirflowStack, Any, Any], steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, research, _ = stack
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    run_id = airflow.trigger(DAG_ID)
+    wait_for(
+        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "running", timeout=120, what="kickoff running"
+    )
+    page.goto(tab_url(airflow, DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    steps.shot("running")
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(seen) < 3:  # the first view and two steps after it
+        progress = " | ".join(tab.locator("dl").inner_text().split("\n"))
+        if not seen or progress != seen[-1]:
+            seen.append(progress)
+            steps.shot(f"progress-{len(seen)}")
+        if "Succeeded" in progress:
+            break
+        page.wait_for_timeout(500)  # looking again, as a person would; the deadline bounds it
+    assert len(seen) >= 3, f"the tab did not update through two steps by itself: {seen}"
+    assert "task 1 of 2" in seen[0] or "task 2 of 2" in seen[0], seen[0]
+    wait_for(
+        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "success", timeout=180, what="kickoff success"
+    )
+    page.reload(wait_until="domcontentloaded")
+    expect(tab.locator("[data-state='succeeded']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(tab.locator("#output")).to_contain_text("tides", timeout=UI_TIMEOUT_MS)
+    steps.shot("finished")
+    # A finished task's tab reads XCom only: no status read reaches the service.
+    reads = research.counters["requests"]["status"]
+    view = airflow.session.get(api_url(airflow, DAG_ID, run_id, "kickoff"), timeout=30).json()
+    assert view["source"] == "xcom" and view["state"] == "succeeded" and view["tokens"], view
+    assert research.counters["requests"]["status"] == reads
+    assert "token" not in json.dumps(view).replace('"tokens"', "")
+    # A task that is not a crew task says so.
+    page.goto(tab_url(airflow, DAG_ID, run_id, "report"), wait_until="domcontentloaded")
+    expect(tab.get_by_text("Not a crew task")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    steps.shot("not-a-crew-task")
+
+
+def test_the_tab_of_a_paused_execution_links_to_its_review_request(
+    stack: tuple[AirflowStack, Any, Any], waiting_review_run: str, steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    run_id = waiting_review_run
+    page.goto(tab_url(airflow, REVIEW_DAG_ID, run_id, "review.wait_1"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='waiting_for_human_input']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    link = tab.get_by_role("link", name="Open the review request")
+    expect(link).to_be_visible(timeout=UI_TIMEOUT_MS)
+    steps.shot("paused")
+    link.click()
+    expect(page).to_have_url(re.compile(r"/tasks/review\.round_1/required_actions$"), timeout=UI_TIMEOUT_MS)
+    expect(page.get_by_text("Request changes").first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    steps.shot("review-request")
+
+
+def test_the_crews_page_lists_filters_and_plots_tokens(
+    stack: tuple[AirflowStack, Any, Any], finished_run: str, waiting_review_run: str, steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    run_id = waiting_review_run
+    page.goto(f"{airflow.base_url}/plugin/crews", wait_until="domcontentloaded")
+    crews = frame(page)
+    expect(crews.locator("#tokens-plot rect").first).to_be_attached(timeout=UI_TIMEOUT_MS)
+    expect(crews.locator("#legend")).to_contain_text(DAG_ID)
+    expect(crews.locator("tbody")).to_contain_text(finished_run)
+    steps.shot("crews-all")
+    waiting = crews.get_by_role("button", name=re.compile("^Waiting for a person"))
+    waiting.click()
+    # The page marks the filter once the filtered rows are in.
+    expect(waiting).to_have_attribute("aria-pressed", "true", timeout=UI_TIMEOUT_MS)
+    rows = crews.locator("tbody tr")
+    texts = [rows.nth(i).inner_text() for i in range(rows.count())]
+    assert texts and all("waiting for a person" in text for text in texts), texts
+    assert any(run_id in text and "round_1" in text for text in texts), texts
+    steps.shot("crews-waiting")
+
+
+def test_with_the_service_down_the_tab_shows_the_last_known_state(
+    stack: tuple[AirflowStack, Any, Any], steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, research, _ = stack
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    run_id = airflow.trigger(DAG_ID)
+    wait_for(
+        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "running", timeout=120, what="kickoff running"
+    )
+    page.goto(tab_url(airflow, DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    research.stop()
+    expect(tab.locator("#problem")).to_contain_text("could not be read", timeout=UI_TIMEOUT_MS)
+    expect(tab.locator("[data-state='running']")).to_be_visible()
+    steps.shot("service-down")

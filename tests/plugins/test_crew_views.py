@@ -1,0 +1,120 @@
+"""The Crew tab's and the Crews page's parts that need no browser: what the plugin declares, what a crew
+task carries in its serialized form, and the live status reads (real HTTP to the local crew service).
+
+The views themselves are tested in a real browser: tests/browser/test_crew_views.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
+from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.plugins import crew_views_data as data
+from airflow_provider_crew.plugins import webhooks
+
+
+def test_the_plugin_shows_the_tab_and_the_page_where_airflow_has_plugin_views():
+    views = webhooks.CrewWebhooksPlugin.external_views
+    if not AIRFLOW_V_3_1_PLUS:  # Airflow 3.0: no external_views; the webhooks still work
+        assert views == []
+        return
+    by_name = {view["name"]: view for view in views}
+    assert set(by_name) == {"Crew", "Crews"}
+    assert by_name["Crew"]["destination"] == "task_instance"
+    assert by_name["Crew"]["href"] == "/crew-ui/task-instance/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
+    assert by_name["Crews"]["destination"] == "nav"
+
+
+def test_the_views_know_every_crew_task_type():
+    from airflow_provider_crew.decorators.crew import DECORATOR, _CrewDecoratedOperator
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.operators.resume import CrewResumeOperator
+    from airflow_provider_crew.review.result import CrewReviewResultOperator
+    from airflow_provider_crew.review.round import CrewReviewRoundOperator
+    from airflow_provider_crew.sensors.crew import CrewStatusSensor
+
+    classes = (
+        CrewKickoffOperator,
+        CrewStatusSensor,
+        CrewResumeOperator,
+        CrewReviewRoundOperator,
+        CrewReviewResultOperator,
+        _CrewDecoratedOperator,
+    )
+    assert set(data.CREW_OPERATORS) == {cls.__name__ for cls in classes}
+    assert data.CREW_DECORATOR == DECORATOR
+    assert data.REVIEW_ROUND == CrewReviewRoundOperator.__name__
+
+
+def test_a_crew_task_carries_its_connection_and_pace_in_the_serialized_dag():
+    """The api-server reads them there to follow a running execution (a blocking wait has no trigger)."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_crew.decorators.crew import crew_task
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.sensors.crew import CrewStatusSensor
+
+    try:
+        from airflow.serialization.serialized_objects import DagSerialization as Serializer
+    except ImportError:  # Airflow < 3.2
+        from airflow.serialization.serialized_objects import SerializedDAG as Serializer  # type: ignore[no-redef]
+
+    with DAG("views", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        kickoff = CrewKickoffOperator(task_id="kickoff", inputs={"a": 1}, crew_conn_id="one", poll_interval=7)
+        CrewStatusSensor(task_id="sensor", kickoff_id=kickoff.output, crew_conn_id="two")
+        CrewKickoffOperator.partial(task_id="mapped", crew_conn_id="three").expand(inputs=[{"a": 1}])
+
+        @crew_task(crew_conn_id="four")
+        def decorated() -> dict[str, int]:
+            return {"a": 1}
+
+        decorated()
+
+    serialized = json.loads(json.dumps(Serializer.to_dict(dag)))
+    tasks = {task["__var"]["task_id"]: task["__var"] for task in serialized["dag"]["tasks"]}
+    found = {}
+    for task_id, fields in tasks.items():
+        merged = {**(fields.get("partial_kwargs") or {}), **fields}
+        found[task_id] = (merged.get("crew_conn_id"), merged.get("poll_interval"))
+    assert found["kickoff"] == ("one", 7.0)
+    assert found["sensor"][0] == "two"
+    assert found["mapped"][0] == "three"
+    assert found["decorated"][0] == "four"
+
+
+def test_a_finished_executions_record_shows_its_state_progress_tokens_and_output():
+    from airflow_provider_crew.status import CrewStatus
+
+    record = {
+        "state": "SUCCESS",
+        "progress": {"completed": 2, "total": 2, "current": "reporting_task", "current_agent": "Analyst"},
+        "usage_metrics": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        "result": "x" * (data.OUTPUT_HEAD_CHARS + 10),
+    }
+    view = data._status_view(CrewStatus.from_response(record))
+    assert view["state"] == "succeeded" and (view["completed"], view["total"]) == (2, 2)
+    assert view["tokens"] == 15 and view["current_agent"] == "Analyst"
+    assert len(view["output_head"]) == data.OUTPUT_HEAD_CHARS and view["output_cut"] is True
+
+
+@pytest.mark.crew_service(speed=0.05)
+def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_goes(crew_service, crew_connection):
+    kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x", "current_year": "2026"})
+    live = data.LiveStatuses(min_age=60.0)
+    reads = crew_service.counters["requests"]["status"]
+    first, problem, _ = live.read(crew_connection, kickoff_id)
+    assert first is not None and problem is None
+    again, problem, age = live.read(crew_connection, kickoff_id)  # within min_age: no second read
+    assert again is first and problem is None and age is not None
+    assert crew_service.counters["requests"]["status"] == reads + 1
+    crew_service.stop()
+    stale = data.LiveStatuses(min_age=0.0)
+    stale._last[(crew_connection, kickoff_id)] = (0.0, first, None)
+    known, problem, _ = stale.read(crew_connection, kickoff_id)
+    assert known is first, "the last known state is kept"
+    assert problem is not None and "could not be read" in problem
+    assert crew_service.token("org") not in problem
