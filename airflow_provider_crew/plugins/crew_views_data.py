@@ -111,20 +111,33 @@ def _number(value: Any) -> float | None:
 
 
 def _follow_settings(session: Any, ti: Any) -> tuple[str, float, str | None]:
-    """The task's connection id, its poll pace in seconds and, when deferred, the trigger's kickoff id."""
+    """The task's connection id, its wait's poll interval now (seconds), and a deferred wait's kickoff id."""
     from airflow.models.trigger import Trigger
 
     fields = _serialized_task(session, ti)
     conn_id = _text(fields.get("crew_conn_id")) or "crew_default"
-    pace = _number(fields.get("poll_interval")) or MIN_REFRESH_SECONDS
+    first = _number(fields.get("poll_interval")) or MIN_REFRESH_SECONDS
+    longest = _number(fields.get("max_poll_interval")) or first
     kickoff_id = None
     if ti.trigger_id is not None:
         trigger = session.get(Trigger, ti.trigger_id)
         kwargs = trigger.kwargs if trigger is not None and "CrewStatusTrigger" in trigger.classpath else {}
         conn_id = _text(kwargs.get("crew_conn_id")) or conn_id
-        pace = _number(kwargs.get("poll_interval")) or pace
+        first = _number(kwargs.get("poll_interval")) or first
+        longest = _number(kwargs.get("max_poll_interval")) or longest
         kickoff_id = _text(kwargs.get("kickoff_id"))
-    return conn_id, max(MIN_REFRESH_SECONDS, pace), kickoff_id
+    started = ti.start_date.timestamp() if ti.start_date else time.time()
+    return conn_id, max(MIN_REFRESH_SECONDS, wait_pace(first, longest, time.time() - started)), kickoff_id
+
+
+def wait_pace(first: float, longest: float, elapsed: float) -> float:
+    """The interval a wait polls at after ``elapsed`` seconds: it starts at ``first`` and grows by half
+    each poll up to ``longest`` (``waiting.rules.next_poll_interval``, without its jitter)."""
+    interval, spent = first, 0.0
+    while spent + interval < elapsed and interval < longest:
+        spent += interval
+        interval = min(longest, interval * 1.5)
+    return interval
 
 
 # -- live status reads, shared by every viewer of an execution in this process ------------------------

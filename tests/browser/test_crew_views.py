@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -22,8 +24,9 @@ import pytest
 import requests
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
+from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL
 from tests.browser.harness import UI_TIMEOUT_MS, Steps, log_in, missing_requirement
-from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
+from tests.e2e.airflow_stack import AIRFLOW_PATH, FAST_SETTLE, AirflowStack, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -52,8 +55,17 @@ with DAG(dag_id="{DAG_ID}", schedule=None, start_date=pendulum.datetime(2026, 1,
         return len(output or "")
 
     report(kickoff.output["result"])
+
+    @task.crew(poll_interval=3, deferrable=True, retries=0)
+    def decorated():
+        return {{"topic": "waves", "current_year": "2026"}}
+
+    decorated()
 '''
 WAITING_STATE = "awaiting_input" if AIRFLOW_V_3_3_PLUS else "deferred"
+EXECUTION_PAGE = "https://crews.example.com/executions/{kickoff_id}"
+OUTSIDER = "outsider"  # may not read the review example (tests/e2e/airflow_path/per_dag_auth_manager.py)
+OUTSIDER_PASSWORD = secrets.token_urlsafe(12)
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +81,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
         research = resources.enter_context(LocalCrewService("research", speed=0.01))  # 5 s agent steps
         review = resources.enter_context(LocalCrewService("review", speed=0.05))
         env = {
-            **research.connection_env("crew_default"),
+            **research.connection_env("crew_default", execution_url_template=EXECUTION_PAGE),
             **review.connection_env("crew_review"),
             "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
                 {"conn_type": "http", "host": review.webhooks.url_for("human"), "password": "hook-token"}
             ),
             **FAST_SETTLE,
         }
+        # A second user whom the auth manager's one per-DAG rule keeps out of the review example.
+        env |= {
+            "AIRFLOW__CORE__AUTH_MANAGER": "per_dag_auth_manager.PerDagAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{OUTSIDER}:viewer",
+            "CREW_TEST_HIDDEN_DAGS": REVIEW_DAG_ID,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(AIRFLOW_PATH), os.environ.get("PYTHONPATH")])),
+        }
         airflow = AirflowStack(tmp_path / "home", dags, env)
+        passwords = airflow.home / "simple_auth_manager_passwords.json"
+        passwords.write_text(json.dumps({**json.loads(passwords.read_text()), OUTSIDER: OUTSIDER_PASSWORD}))
         airflow.patience = 60.0
         try:
             airflow.migrate()
@@ -144,6 +165,42 @@ def test_the_views_answer_no_data_without_a_valid_session(stack: tuple[AirflowSt
     assert {view["name"] for view in views} >= {"Crew", "Crews"}
 
 
+def test_a_user_the_auth_manager_keeps_out_of_a_dag_sees_none_of_its_crews(
+    stack: tuple[AirflowStack, Any, Any], finished_run: str, waiting_review_run: str, steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    answer = requests.post(
+        f"{airflow.base_url}/auth/token",
+        json={"username": OUTSIDER, "password": OUTSIDER_PASSWORD},
+        timeout=30,
+    )
+    assert answer.status_code in (200, 201), answer.text
+    outsider = {"Authorization": f"Bearer {answer.json()['access_token']}"}
+    hidden = requests.get(
+        api_url(airflow, REVIEW_DAG_ID, waiting_review_run, "review.wait_1"), headers=outsider, timeout=30
+    )
+    assert hidden.status_code == 403, hidden.text
+    assert waiting_review_run not in hidden.text
+    shown = requests.get(api_url(airflow, DAG_ID, finished_run, "kickoff"), headers=outsider, timeout=30)
+    assert shown.status_code == 200 and shown.json()["state"] == "succeeded", shown.text
+    listed = requests.get(f"{airflow.base_url}/crew-ui/api/crews", headers=outsider, timeout=30).json()
+    assert {row["dag_id"] for row in listed["rows"]} == {DAG_ID}, listed["rows"]
+    assert REVIEW_DAG_ID not in json.dumps(listed["tokens_by_day"])
+    # The admin sees both.
+    everything = airflow.session.get(f"{airflow.base_url}/crew-ui/api/crews", timeout=30).json()
+    assert {row["dag_id"] for row in everything["rows"]} >= {DAG_ID, REVIEW_DAG_ID}
+    # In the browser, the outsider's Crew tab of the review example says so and shows nothing.
+    page = steps.page
+    log_in(page, airflow.base_url, OUTSIDER, OUTSIDER_PASSWORD, steps)
+    page.goto(
+        f"{airflow.base_url}/crew-ui/task-instance/{REVIEW_DAG_ID}/{quote(waiting_review_run)}/review.wait_1/-1"
+    )
+    expect(page.get_by_text("You may not see this task's crew (403)")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    steps.shot("outsider-forbidden")
+
+
 def test_the_tab_follows_a_running_kickoff_and_then_shows_what_xcom_holds(
     stack: tuple[AirflowStack, Any, Any], steps: Steps
 ) -> None:
@@ -160,6 +217,25 @@ def test_the_tab_follows_a_running_kickoff_and_then_shows_what_xcom_holds(
     tab = frame(page)
     expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
     steps.shot("running")
+    # The tab reads again at the wait's own pace, which grows as the wait's does: from the kickoff's
+    # poll_interval=2, from the deferred @task.crew's 3 (read from its trigger).
+    view = airflow.session.get(api_url(airflow, DAG_ID, run_id, "kickoff"), timeout=30).json()
+    assert view["source"] == "service" and 2.0 <= view["refresh_seconds"] <= DEFAULT_MAX_POLL_INTERVAL, view
+    decorated = wait_for(
+        lambda: (
+            v
+            if (v := airflow.session.get(api_url(airflow, DAG_ID, run_id, "decorated"), timeout=30).json())[
+                "source"
+            ]
+            == "service"
+            else None
+        ),
+        timeout=120,
+        what="the @task.crew task's execution read from the service",
+    )
+    assert decorated["crew_task"] and 3.0 <= decorated["refresh_seconds"] <= DEFAULT_MAX_POLL_INTERVAL, (
+        decorated
+    )
     seen: list[str] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(seen) < 3:  # the first view and two steps after it
@@ -179,6 +255,14 @@ def test_the_tab_follows_a_running_kickoff_and_then_shows_what_xcom_holds(
     expect(tab.locator("[data-state='succeeded']")).to_be_visible(timeout=UI_TIMEOUT_MS)
     expect(tab.locator("#output")).to_contain_text("tides", timeout=UI_TIMEOUT_MS)
     steps.shot("finished")
+    # The execution's page opens in a new tab (the crew's dashboard is another site).
+    link = tab.get_by_role("link", name=EXECUTION_PAGE.replace("{kickoff_id}", view["kickoff_id"]))
+    page.context.route(
+        "https://crews.example.com/**", lambda route: route.fulfill(body="the crew's dashboard")
+    )
+    with page.context.expect_page(timeout=UI_TIMEOUT_MS) as opened:
+        link.click()
+    assert opened.value.url == EXECUTION_PAGE.replace("{kickoff_id}", view["kickoff_id"])
     # A finished task's tab reads XCom only: no status read reaches the service.
     reads = research.counters["requests"]["status"]
     view = airflow.session.get(api_url(airflow, DAG_ID, run_id, "kickoff"), timeout=30).json()
@@ -210,6 +294,12 @@ def test_the_tab_of_a_paused_execution_links_to_its_review_request(
     expect(page).to_have_url(re.compile(r"/tasks/review\.round_1/required_actions$"), timeout=UI_TIMEOUT_MS)
     expect(page.get_by_text("Request changes").first).to_be_visible(timeout=UI_TIMEOUT_MS)
     steps.shot("review-request")
+    # The round itself, waiting for its reviewer, follows the same paused execution.
+    round_view = airflow.session.get(
+        api_url(airflow, REVIEW_DAG_ID, run_id, "review.round_1"), timeout=30
+    ).json()
+    assert round_view["crew_task"] and round_view["state"] == "waiting_for_human_input", round_view
+    assert round_view["kickoff_id"] == airflow.xcom(REVIEW_DAG_ID, run_id, "kickoff"), round_view
 
 
 def test_the_crews_page_lists_filters_and_plots_tokens(

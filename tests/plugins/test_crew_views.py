@@ -102,7 +102,9 @@ def test_a_finished_executions_record_shows_its_state_progress_tokens_and_output
 
 
 @pytest.mark.crew_service(speed=0.05)
-def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_goes(crew_service, crew_connection):
+def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_goes(
+    crew_service, crew_connection
+):
     kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x", "current_year": "2026"})
     live = data.LiveStatuses(min_age=60.0)
     reads = crew_service.counters["requests"]["status"]
@@ -118,3 +120,10 @@ def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_go
     assert known is first, "the last known state is kept"
     assert problem is not None and "could not be read" in problem
     assert crew_service.token("org") not in problem
+
+
+def test_the_tab_reads_at_the_waits_own_pace_which_grows_as_the_wait_does():
+    assert data.wait_pace(2.0, 15.0, elapsed=0.0) == 2.0
+    assert data.wait_pace(2.0, 15.0, elapsed=2.5) == 3.0  # after one poll: half as long again
+    assert data.wait_pace(2.0, 15.0, elapsed=600.0) == 15.0  # never past the longest
+    assert data.wait_pace(5.0, 5.0, elapsed=600.0) == 5.0
