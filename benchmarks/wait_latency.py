@@ -27,9 +27,14 @@ editable install's finder; checked in a child process and printed); both stacks 
 whole benchmark and the rounds alternate (before 1, after 1, before 2, ...), so both see the same
 machine load. The DAG file, the harness and the crew service come from this tree for both.
 
+A fresh triggerer's first round is slower (Airflow builds its in-process execution API on first
+use): to measure only that round, run ``--no-warmup --runs 1`` several times (new stacks each time),
+with ``--after-first`` every other time so that neither tree always goes first.
+
 Figures, not a pass/fail::
 
     python benchmarks/wait_latency.py [--lengths 3,12,30,75] [--runs 2] [--before /tmp/before]
+        [--no-warmup] [--after-first]
 """
 
 from __future__ import annotations
@@ -167,6 +172,11 @@ def main() -> None:
         action="store_false",
         help="skip the unmeasured first round (one run per mode of the shortest crew on each stack)",
     )
+    parser.add_argument(
+        "--after-first",
+        action="store_true",
+        help="in each round, run this tree's stack before the --before one",
+    )
     args = parser.parse_args()
 
     from airflow_provider_crew.testing import CrewServiceProcess
@@ -290,7 +300,7 @@ def main() -> None:
 
             longest = max(lengths)
             for round_no in range(1, args.runs + 1):
-                for variant in variants:
+                for variant in variants[::-1] if args.after_first else variants:
                     stack = variant.stack
                     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
                     round_start = time.monotonic()

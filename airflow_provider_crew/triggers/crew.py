@@ -131,6 +131,46 @@ def first_poll_delay(
     return max(0.0, min(delay, deadline - now))
 
 
+# Airflow builds a triggerer's in-process execution API (its Cadwyn versioned routes) on the first
+# request that reaches it: 3-5 s here, during which the triggerer answers none of its triggers'
+# requests. Without this, that first request is the XCom push of the first trigger that ends its task.
+_execution_api_warmed = False
+_background: set[asyncio.Task[None]] = set()
+
+
+def warm_execution_api(task_instance: Any) -> None:
+    """Once per triggerer process, in the background: ask Airflow for ``task_instance``'s state, so
+    that the in-process execution API is built before a trigger needs it. Never raises; does nothing
+    outside a task-SDK process (no supervisor comms) or where the call does not exist."""
+    global _execution_api_warmed
+    if _execution_api_warmed or task_instance is None:
+        return
+    _execution_api_warmed = True
+    try:
+        from airflow.sdk.execution_time import task_runner
+
+        if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+            return
+        task = asyncio.get_running_loop().create_task(_warm(task_instance))
+    except Exception as error:  # pragma: no cover - every supported Airflow has both
+        logging.getLogger(__name__).debug("Not warming the execution API: %r", error)
+        return
+    _background.add(task)  # a reference, so that the task is not collected while it runs
+    task.add_done_callback(_background.discard)
+
+
+async def _warm(ti: Any) -> None:
+    from asgiref.sync import sync_to_async
+
+    started = time.monotonic()
+    try:
+        await sync_to_async(task_instance_state)(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+    except Exception as error:
+        logging.getLogger(__name__).debug("Warming the execution API failed: %r", error)
+    else:
+        logging.getLogger(__name__).debug("Execution API warmed in %.1f s.", time.monotonic() - started)
+
+
 class CrewStatusTrigger(BaseTrigger):
     """
     Poll a crew execution's status until it finishes (or pauses for human input), then fire one event.
@@ -263,6 +303,7 @@ class CrewStatusTrigger(BaseTrigger):
         poller = self.poller(type(self).logger())
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
+        warm_execution_api(self.task_instance)
         safety_poll = False  # whether this poll came on the safety interval, past the race bound
         try:
             await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
