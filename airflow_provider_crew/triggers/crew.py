@@ -134,6 +134,8 @@ def first_poll_delay(
 # Airflow builds a triggerer's in-process execution API (its Cadwyn versioned routes) on the first
 # request that reaches it: 3-5 s here, during which the triggerer answers none of its triggers'
 # requests. Without this, that first request is the XCom push of the first trigger that ends its task.
+# Measured on 3.3.2 (docs/performance.md); delete it once Airflow builds that API when the triggerer
+# starts.
 _execution_api_warmed = False
 _background: set[asyncio.Task[None]] = set()
 
