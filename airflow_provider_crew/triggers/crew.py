@@ -328,12 +328,12 @@ class CrewStatusTrigger(BaseTrigger):
                 await asyncio.sleep(step)
         except asyncio.CancelledError:
             if not AIRFLOW_V_3_3_PLUS:  # 3.3+ call on_kill for a user's action
-                await self.stop_if_abandoned()
+                await stopping.finish_despite_cancels(self.stop_if_abandoned())
             raise
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: a user ended the deferred task, or the trigger moves to another triggerer."""
-        await self.stop_if_abandoned()
+        await stopping.finish_despite_cancels(self.stop_if_abandoned())
 
     async def stop_if_abandoned(self) -> None:
         """Stop the execution when Airflow cancelled this trigger because a user ended its task.

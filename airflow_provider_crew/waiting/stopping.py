@@ -14,8 +14,10 @@ process, for all of them alike.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the contract's models load where a request is sent, not with the DAG file's tasks
     from airflow_provider_crew.models import StopResult
@@ -96,6 +98,27 @@ def after_stop(base_url: str, kickoff_id: str, reason: str, result: StopResult) 
     if result.outcome is StopOutcome.UNKNOWN:
         return logging.WARNING, f"{line} It may still be running: check it at the service."
     return logging.INFO, line
+
+
+async def finish_despite_cancels(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even when the caller is cancelled again meanwhile; ``work`` must bound
+    its own time (the stop's reads and POST have deadlines).
+
+    Airflow's triggerer (3.0 to 3.3.2) cancels a trigger again on every pass of its loop until the
+    trigger has exited: ``TriggerRunner.cancel_triggers`` cancels every id of the supervisor's
+    ``to_cancel``, which is re-sent until the trigger is gone. A second cancel cut a stop short, in
+    the trigger's cancel handler (3.0-3.2) or in ``on_kill`` (3.3, which then swallows it): after the
+    POST, before its log line, or before the POST on a slow state read (seen in CI on 3.1.8). Delete
+    when the supported triggerers cancel a trigger once.
+    """
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue  # Airflow's cancel again: the work goes on; the caller re-raises the first one
+        except Exception as error:
+            logging.getLogger(__name__).warning("Stopping failed: %r", error)
 
 
 def forget_learned() -> None:

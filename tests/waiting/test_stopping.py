@@ -65,3 +65,42 @@ def test_the_connection_can_turn_stopping_off_and_each_answer_is_one_line():
     )
     level, line = stopping.after_stop(URL, "k1", stopping.CLEARED, StopResult(outcome=StopOutcome.UNKNOWN))
     assert level == logging.WARNING and "may still be running" in line
+
+
+async def test_a_stop_runs_to_its_end_though_airflow_cancels_the_trigger_again_meanwhile():
+    """Airflow 3.0-3.2 cancel a trigger again on every pass until it exits: the stop must not be cut."""
+    import asyncio
+
+    done = []
+
+    async def stop() -> None:
+        await asyncio.sleep(0.3)  # the state read, the status read, the POST
+        done.append("stopped and logged")
+
+    async def trigger() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await stopping.finish_despite_cancels(stop())
+            raise
+
+    task = asyncio.ensure_future(trigger())
+    await asyncio.sleep(0.01)
+    for _ in range(5):  # the first cancel, then one per pass of the triggerer's loop
+        task.cancel()
+        await asyncio.sleep(0.05)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert done == ["stopped and logged"]
+
+
+async def test_a_stop_that_fails_is_logged_and_the_cancel_still_goes_through(caplog):
+    import asyncio
+
+    async def stop() -> None:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.WARNING):
+        await stopping.finish_despite_cancels(stop())
+    assert "Stopping failed: RuntimeError('boom')" in caplog.text
+    assert not asyncio.current_task().cancelling()
