@@ -87,21 +87,37 @@ _deserialize: Any = None
 # -- the connection and pace a task carries ----------------------------------------------------------
 
 
+# A DAG version's serialized form never changes: each task's fields the tab needs, read once per
+# api-server process, not at every refresh of every open tab (a big DAG's decode is not free).
+_TASK_FIELDS: dict[tuple[Any, str], dict[str, Any]] = {}
+_TASK_FIELD_NAMES = ("crew_conn_id", "poll_interval", "max_poll_interval")
+
+
 def _serialized_task(session: Any, ti: Any) -> dict[str, Any]:
-    """The task's own fields in its serialized DAG (the version the task instance ran), or {}."""
+    """The task's connection and poll pace in its serialized DAG (the version it ran), or {}."""
+    key = (ti.dag_version_id, ti.task_id)
+    if ti.dag_version_id and key in _TASK_FIELDS:
+        return _TASK_FIELDS[key]
     from airflow.models.serialized_dag import SerializedDagModel
     from sqlalchemy import select
 
     query = select(SerializedDagModel).where(SerializedDagModel.dag_version_id == ti.dag_version_id)
     serialized = session.scalars(query.limit(1)).first() if ti.dag_version_id else None
     tasks = ((serialized.data or {}).get("dag") or {}).get("tasks", []) if serialized else []
+    found: dict[str, Any] = {}
     for task in tasks.values() if isinstance(tasks, dict) else tasks:
         fields = task.get("__var", task) if isinstance(task, dict) else {}
         if fields.get("task_id") == ti.task_id:
             partial = fields.get("partial_kwargs") or {}
             partial = partial.get("__var", partial) if isinstance(partial, dict) else {}
-            return {**partial, **fields}
-    return {}
+            merged = {**partial, **fields}
+            found = {name: merged[name] for name in _TASK_FIELD_NAMES if name in merged}
+            break
+    if serialized is not None:
+        if len(_TASK_FIELDS) > 10_000:
+            _TASK_FIELDS.clear()
+        _TASK_FIELDS[key] = found
+    return found
 
 
 def _number(value: Any) -> float | None:

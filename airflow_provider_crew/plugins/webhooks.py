@@ -24,19 +24,6 @@ RUNNING_ON_APISERVER = len(sys.argv) > 1 and sys.argv[1] == "api-server"
 HAS_EXTERNAL_VIEWS = hasattr(AirflowPlugin, "external_views")
 
 
-def _apps() -> list[dict[str, Any]]:
-    if not RUNNING_ON_APISERVER:
-        return []
-    from airflow_provider_crew.plugins.webhook_app import create_app
-
-    apps = [{"app": create_app(), "url_prefix": PLUGIN_PREFIX, "name": "Crew webhooks"}]
-    if HAS_EXTERNAL_VIEWS:
-        from airflow_provider_crew.plugins import crew_views
-
-        apps.append({"app": crew_views.create_app(), "url_prefix": UI_PREFIX, "name": "Crew views"})
-    return apps
-
-
 #: Where the api-server mounts the views' app (:mod:`.crew_views`).
 UI_PREFIX = "/crew-ui"
 #: The tab on every task instance (the UI fills in the placeholders; a task that is not mapped keeps
@@ -56,6 +43,19 @@ EXTERNAL_VIEWS = [
         "url_route": "crews",
     },
 ]
+
+
+def _apps() -> list[dict[str, Any]]:
+    if not RUNNING_ON_APISERVER:
+        return []
+    from airflow_provider_crew.plugins.webhook_app import create_app
+
+    apps = [{"app": create_app(), "url_prefix": PLUGIN_PREFIX, "name": "Crew webhooks"}]
+    if HAS_EXTERNAL_VIEWS:
+        from airflow_provider_crew.plugins import crew_views
+
+        apps.append({"app": crew_views.create_app(), "url_prefix": UI_PREFIX, "name": "Crew views"})
+    return apps
 
 
 class CrewWebhooksPlugin(AirflowPlugin):
