@@ -148,6 +148,22 @@ def state_of(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str) -> s
     return airflow.task_states(dag_id, run_id).get(task_id)
 
 
+def open_running_kickoff_tab(airflow: AirflowStack, steps: Steps) -> tuple[str, Any]:
+    """Log in, start a run of the kickoff DAG, and open its kickoff's Crew tab once the crew runs."""
+    from playwright.sync_api import expect
+
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    run_id = airflow.trigger(DAG_ID)
+    wait_for(
+        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "running", timeout=120, what="kickoff running"
+    )
+    page.goto(tab_url(airflow, DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    return run_id, tab
+
+
 def test_the_views_answer_no_data_without_a_valid_session(stack: tuple[AirflowStack, Any, Any]) -> None:
     airflow, _, _ = stack
     path = api_url(airflow, DAG_ID, "any", "kickoff")
@@ -208,14 +224,7 @@ def test_the_tab_follows_a_running_kickoff_and_then_shows_what_xcom_holds(
 
     airflow, research, _ = stack
     page = steps.page
-    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
-    run_id = airflow.trigger(DAG_ID)
-    wait_for(
-        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "running", timeout=120, what="kickoff running"
-    )
-    page.goto(tab_url(airflow, DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
-    tab = frame(page)
-    expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    run_id, tab = open_running_kickoff_tab(airflow, steps)
     steps.shot("running")
     # The tab reads again at the wait's own pace, which grows as the wait's does: from the kickoff's
     # poll_interval=2, from the deferred @task.crew's 3 (read from its trigger).
@@ -334,15 +343,7 @@ def test_with_the_service_down_the_tab_shows_the_last_known_state(
     from playwright.sync_api import expect
 
     airflow, research, _ = stack
-    page = steps.page
-    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
-    run_id = airflow.trigger(DAG_ID)
-    wait_for(
-        lambda: state_of(airflow, DAG_ID, run_id, "kickoff") == "running", timeout=120, what="kickoff running"
-    )
-    page.goto(tab_url(airflow, DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
-    tab = frame(page)
-    expect(tab.locator("[data-state='running']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    _, tab = open_running_kickoff_tab(airflow, steps)
     research.stop()
     expect(tab.locator("#problem")).to_contain_text("could not be read", timeout=UI_TIMEOUT_MS)
     expect(tab.locator("[data-state='running']")).to_be_visible()
