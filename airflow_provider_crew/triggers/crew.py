@@ -392,9 +392,11 @@ class CrewStatusTrigger(BaseTrigger):
         }
         if ends_task.get(result.outcome, False):
             log.info("%s", end_log_line(self.kickoff_id, result))
+            # Said before the push, not after: a trigger's log lines travel apart from its end, and
+            # Airflow (3.0-3.3) writes those it reads after the end to the triggerer's own log.
+            log.info("The triggerer ends the task: nothing needs a worker at its end.")
             xcoms = {"return_value": self.kickoff_id, **result_xcoms(self.kickoff_id, result)}
             await push_xcoms(self.task_instance, xcoms)
-            log.info("The triggerer ends the task: nothing needs a worker at its end.")
             return TaskSuccessEvent()
         await hold_until(self.not_before)
         return TriggerEvent(CrewWaitEvent.from_result(self.kickoff_id, result).payload())

@@ -246,6 +246,19 @@ def test_woken_waits_end_with_few_status_reads(wake):
         assert_no_race(airflow, dag_id, run_id)
 
 
+def said_by_trigger(airflow: AirflowStack, task_log: str, ti_id: str, line: str) -> bool:
+    """Whether a trigger of task instance ``ti_id`` logged ``line``: in the task's log, or in the
+    triggerer's own. A trigger's log lines reach the triggerer apart from its end, and Airflow (3.0-3.3)
+    writes those it reads after the end to its own log, not the task's (seen once in CI, on 3.2.2)."""
+    if line in task_log:
+        return True
+    triggerer_lines = airflow.log_tail("triggerer", size=10_000_000).splitlines()
+    if any(line in text and ti_id in text for text in triggerer_lines):
+        print(f"Airflow wrote {line!r} to the triggerer's log, after the trigger's end")
+        return True
+    return False
+
+
 def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(wake):
     """No worker resumes, so no race and no hold: the task ends seconds after its crew, and a task
     downstream reads what it pushed as values, as from a worker."""
@@ -271,7 +284,7 @@ def test_a_crew_that_ends_within_the_race_bound_is_ended_by_its_trigger_at_once(
     # The last try's log, with its trigger's (Airflow writes that beside it: attempt=N.log.trigger.*).
     last = sorted(folder.glob(f"attempt={ti['try_number']}.log*"))
     log = "\n".join(path.read_text(errors="replace") for path in last)
-    assert "The triggerer ends the task" in log, log
+    assert said_by_trigger(airflow, log, ti["id"], "The triggerer ends the task"), log
     assert "Woken by" not in log
     # No worker ran the task after its deferral (a resumed task's worker parses the DAG file again),
     # so nothing held the end until the race bound.

@@ -660,10 +660,15 @@ def test_the_pacer_forgets_slots_that_have_passed():
 async def test_a_paced_first_poll_still_comes_by_the_deadline():
     pacer = trigger_module.FirstPollPacer.for_running_loop()
     assert trigger_module.FirstPollPacer.for_running_loop() is pacer  # one per event loop
+    # The herd is placed at one loop time, so that a stalled test process (CI runs jobs side by side)
+    # cannot move its slots: 2,000 first polls wanted 1-2 s ahead fill four seconds of slots.
+    loop_now = asyncio.get_running_loop().time()
+    for _ in range(2_000):
+        pacer.delay(random.uniform(1.0, 2.0), loop_now)
+    assert pacer.delay(1.5, loop_now) > 4.0
+    # A wait due in 1.5 s polls then, at its deadline, though its slot would be seconds later (the
+    # herd's slots stay full for about three seconds of stall).
     now = time.time()
-    for _ in range(2_000):  # fill four seconds of slots
-        trigger_module.first_poll_delay(2.0, now + 60, now, pacer=pacer)
-    assert trigger_module.first_poll_delay(2.0, now + 60, now, pacer=pacer) > 4.0
     assert trigger_module.first_poll_delay(2.0, now + 1.5, now, pacer=pacer) == pytest.approx(1.5)
 
 
