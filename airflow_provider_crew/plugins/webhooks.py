@@ -27,17 +27,19 @@ HAS_EXTERNAL_VIEWS = hasattr(AirflowPlugin, "external_views")
 #: Where the api-server mounts the views' app (:mod:`.crew_views`).
 UI_PREFIX = "/crew-ui"
 #: The tab on every task instance (the UI fills in the placeholders; a task that is not mapped keeps
-#: ``{MAP_INDEX}``, read as -1) and the page under Browse. Their pages run in the UI's iframe.
+#: ``{MAP_INDEX}``, read as -1) and the page under Browse. Their pages run in the UI's iframe. The
+#: addresses are relative: the UI's page resolves them against its base (``[api] base_url``'s path),
+#: so they hold for an Airflow served under a path too.
 EXTERNAL_VIEWS = [
     {
         "name": "Crew",
-        "href": f"{UI_PREFIX}/task-instance/{{DAG_ID}}/{{RUN_ID}}/{{TASK_ID}}/{{MAP_INDEX}}",
+        "href": f"{UI_PREFIX[1:]}/task-instance/{{DAG_ID}}/{{RUN_ID}}/{{TASK_ID}}/{{MAP_INDEX}}",
         "destination": "task_instance",
         "url_route": "crew",
     },
     {
         "name": "Crews",
-        "href": f"{UI_PREFIX}/crews",
+        "href": f"{UI_PREFIX[1:]}/crews",
         "destination": "nav",
         "category": "browse",
         "url_route": "crews",

@@ -110,6 +110,7 @@ class AirflowStack:
     :param env: Extra environment, e.g. ``AIRFLOW_CONN_*`` for the DAGs' connections.
     :param username: The one user of the stack, for the REST client and for a browser.
     :param role: That user's SimpleAuthManager role (``admin``, ``op``, ``user`` or ``viewer``).
+    :param url_path: A path Airflow is served under (``[api] base_url``'s), e.g. ``/airflow``.
     """
 
     def __init__(
@@ -120,6 +121,7 @@ class AirflowStack:
         *,
         username: str = "admin",
         role: str = "admin",
+        url_path: str = "",
     ) -> None:
         self.home = home
         home.mkdir(parents=True, exist_ok=True)
@@ -131,7 +133,7 @@ class AirflowStack:
         passwords_file.write_text(json.dumps({username: self.password}))
         passwords_file.chmod(0o600)
         self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"http://127.0.0.1:{self.port}{url_path}"
         self.airflow = str(Path(sys.executable).with_name("airflow"))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CREW_"))}
         self.env.update(

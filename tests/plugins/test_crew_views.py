@@ -25,7 +25,8 @@ def test_the_plugin_shows_the_tab_and_the_page_where_airflow_has_plugin_views():
     by_name = {view["name"]: view for view in views}
     assert set(by_name) == {"Crew", "Crews"}
     assert by_name["Crew"]["destination"] == "task_instance"
-    assert by_name["Crew"]["href"] == "/crew-ui/task-instance/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
+    # Relative, so that the UI resolves them against its base: Airflow may be served under a path.
+    assert by_name["Crew"]["href"] == "crew-ui/task-instance/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
     assert by_name["Crews"]["destination"] == "nav"
 
 
