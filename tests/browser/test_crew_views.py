@@ -38,6 +38,8 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 REVIEW_DAG = REPO / "example_dags" / "example_crew_review_in_airflow.py"
 REVIEW_DAG_ID = "example_crew_review_in_airflow"
+RESUME_DAG = REPO / "example_dags" / "example_crew_human_review.py"  # CrewResumeOperator, scripted
+RESUME_DAG_ID = "example_crew_human_review"
 DAG_ID = "crew_views"
 DAG_FILE = f'''
 import pendulum
@@ -77,6 +79,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
     dags.mkdir()
     (dags / "crew_views.py").write_text(DAG_FILE)
     shutil.copy(REVIEW_DAG, dags / REVIEW_DAG.name)
+    shutil.copy(RESUME_DAG, dags / RESUME_DAG.name)
     with contextlib.ExitStack() as resources:
         research = resources.enter_context(LocalCrewService("research", speed=0.01))  # 5 s agent steps
         review = resources.enter_context(LocalCrewService("review", speed=0.05))
@@ -104,6 +107,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
             airflow.start()
             airflow.wait_for_dag(DAG_ID)
             airflow.wait_for_dag(REVIEW_DAG_ID)
+            airflow.wait_for_dag(RESUME_DAG_ID)
             airflow.login()
             yield airflow, research, review
         finally:
@@ -348,3 +352,32 @@ def test_with_the_service_down_the_tab_shows_the_last_known_state(
     expect(tab.locator("#problem")).to_contain_text("could not be read", timeout=UI_TIMEOUT_MS)
     expect(tab.locator("[data-state='running']")).to_be_visible()
     steps.shot("service-down")
+
+
+def test_the_tabs_of_resume_tasks_show_the_pause_one_ended_at_and_the_finish_of_the_other(
+    stack: tuple[AirflowStack, Any, Any], steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    run_id = airflow.trigger(RESUME_DAG_ID)
+    wait_for(
+        lambda: airflow.dag_run_state(RESUME_DAG_ID, run_id) == "success" or None, timeout=240, what="the run"
+    )
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    # request_changes resumed the crew and ended at its next pause: its tab shows that pause.
+    page.goto(tab_url(airflow, RESUME_DAG_ID, run_id, "request_changes"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='waiting_for_human_input']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(tab.get_by_text("Paused task")).to_be_visible()
+    steps.shot("resume-ended-at-a-pause")
+    # approve resumed it to its end.
+    page.goto(tab_url(airflow, RESUME_DAG_ID, run_id, "approve"), wait_until="domcontentloaded")
+    expect(tab.locator("[data-state='succeeded']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(tab.locator("#output")).not_to_be_empty()
+    steps.shot("resume-finished")
+    kickoff_id = airflow.xcom(RESUME_DAG_ID, run_id, "kickoff")
+    for task_id in ("request_changes", "approve"):
+        view = airflow.session.get(api_url(airflow, RESUME_DAG_ID, run_id, task_id), timeout=30).json()
+        assert view["crew_task"] and view["kickoff_id"] == kickoff_id and view["source"] == "xcom", view
