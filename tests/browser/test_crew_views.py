@@ -2,7 +2,7 @@
 
 One stack for the module: api-server, scheduler, dag-processor and triggerer; the local research crew
 at 5 s agent steps (a crew of about 20 s) on ``crew_default`` and the review crew on
-``crew_review``. The tab is opened where a user opens it, the task instance page's "Crew" tab; the
+``crew_review`` (the review and resume examples). The tab is opened where a user opens it, the task instance page's "Crew" tab; the
 page in Browse. Screenshots of every step go to the folder the test prints.
 """
 
@@ -381,3 +381,31 @@ def test_the_tabs_of_resume_tasks_show_the_pause_one_ended_at_and_the_finish_of_
     for task_id in ("request_changes", "approve"):
         view = airflow.session.get(api_url(airflow, RESUME_DAG_ID, run_id, task_id), timeout=30).json()
         assert view["crew_task"] and view["kickoff_id"] == kickoff_id and view["source"] == "xcom", view
+
+
+def test_the_tab_of_a_review_result_shows_the_approved_output(
+    stack: tuple[AirflowStack, Any, Any], waiting_review_run: str, steps: Steps
+) -> None:
+    """Last in the module: it answers the round the tests above find waiting."""
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    run_id = waiting_review_run
+    path = airflow.hitl_path(REVIEW_DAG_ID, run_id, "review.round_1")
+    airflow.api("PATCH", path, json={"chosen_options": ["Approve"], "params_input": {"feedback": "Good."}})
+    wait_for(
+        lambda: airflow.dag_run_state(REVIEW_DAG_ID, run_id) == "success" or None,
+        timeout=240,
+        what="the approved review run",
+    )
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    page.goto(tab_url(airflow, REVIEW_DAG_ID, run_id, "review.result"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("[data-state='succeeded']")).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(tab.locator("#output")).to_contain_text("data contracts")
+    steps.shot("review-result")
+    view = airflow.session.get(api_url(airflow, REVIEW_DAG_ID, run_id, "review.result"), timeout=30).json()
+    assert (
+        view["kickoff_id"] == airflow.xcom(REVIEW_DAG_ID, run_id, "kickoff") and view["source"] == "xcom"
+    ), view
