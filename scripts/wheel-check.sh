@@ -3,7 +3,7 @@
 # (twine check; the sdist holds what a rebuild needs and nothing a local run leaves behind; both hold
 # every file of the package), installs Airflow and the wheel (not editable, with the testing extra)
 # in a clean virtual environment, and from a folder outside the repository: migrates a fresh SQLite
-# database, finds the provider in `airflow providers list` and its webhook plugin in `airflow
+# database, finds the provider in `airflow providers list` and its plugin in `airflow
 # plugins`, starts `crew-service` on a free loopback port and runs one example DAG against it with
 # `airflow dags test`. Nothing is written to the repository but setuptools' egg-info (ignored by git).
 #   AIRFLOW_VERSION=                     an Airflow 3.x version to pin (default: the newest 3.x), as scripts/setup.sh
@@ -210,7 +210,7 @@ assert ours[0]["version"] == sys.argv[2], f"listed as version {ours[0]['version'
 print(f"airflow-provider-crew {ours[0]['version']}: {ours[0]['description']}")
 EOF
 
-stage "airflow plugins: the provider's webhook plugin (its airflow.plugins entry point)"
+stage "airflow plugins: the provider's plugin (its airflow.plugins entry point)"
 plugin_name="$(python -c '
 from importlib.metadata import distribution
 (ep,) = [ep for ep in distribution("airflow-provider-crew").entry_points if ep.group == "airflow.plugins"]

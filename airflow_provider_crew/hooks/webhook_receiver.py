@@ -1,7 +1,7 @@
 """Where a crew announces that an execution finished or paused, so that Airflow wakes the wait at once.
 
 The crew's webhooks reach Airflow's api-server, where the provider's plugin
-(:mod:`airflow_provider_crew.plugins.webhooks`) wakes the deferred waits on that execution. The
+(:mod:`airflow_provider_crew.plugins.crew`) wakes the deferred waits on that execution. The
 address is built here, per DAG run, from the ``crew_webhook_receiver`` connection: its host is the
 api-server's address *as the crew service reaches it* (a public ingress, or a proxy that exposes only
 ``/crew-webhooks/``), its password the key the run's secret is derived with.

@@ -13,12 +13,12 @@ import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.plugins import crew as crew_plugin
 from airflow_provider_crew.plugins import crew_views_data as data
-from airflow_provider_crew.plugins import webhooks
 
 
 def test_the_plugin_shows_the_tab_and_the_page_where_airflow_has_plugin_views():
-    views = webhooks.CrewWebhooksPlugin.external_views
+    views = crew_plugin.CrewPlugin.external_views
     if not AIRFLOW_V_3_1_PLUS:  # Airflow 3.0: no external_views; the webhooks still work
         assert views == []
         return

@@ -60,7 +60,7 @@ def _apps() -> list[dict[str, Any]]:
     return apps
 
 
-class CrewWebhooksPlugin(AirflowPlugin):
+class CrewPlugin(AirflowPlugin):
     """Receives crews' webhooks in the api-server; shows the Crew tab and the Crews page (3.1+)."""
 
     name = "airflow_provider_crew"
