@@ -94,4 +94,7 @@ def test_the_crews_page_and_the_crew_tab_work_under_a_path(stack: AirflowStack, 
     tab = page.frame_locator("iframe[title='Crew']")
     expect(tab.locator("[data-state='succeeded']")).to_be_visible(timeout=UI_TIMEOUT_MS)
     steps.shot("crew-tab-under-a-path")
-    assert not refused, f"the page asked outside {URL_PATH}: {refused}"
+    ours = [url for url in refused if "/crew-ui/" in url]
+    assert not ours, f"the views asked outside {URL_PATH}: {ours}"
+    if refused:  # Airflow 3.2.2's own UI asks for /api/v2/version at the root
+        print(f"Airflow's UI asked outside {URL_PATH}: {sorted(set(refused))}")
