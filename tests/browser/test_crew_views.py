@@ -2,8 +2,9 @@
 
 One stack for the module: api-server, scheduler, dag-processor and triggerer; the local research crew
 at 5 s agent steps (a crew of about 20 s) on ``crew_default`` and the review crew on
-``crew_review`` (the review and resume examples). The tab is opened where a user opens it, the task instance page's "Crew" tab; the
-page in Browse. Screenshots of every step go to the folder the test prints.
+``crew_review`` (the review and resume examples). The tab is opened where a user opens it, the task
+instance page's "Crew" tab; the page in Browse. Screenshots of every step go to the folder the test
+prints.
 """
 
 from __future__ import annotations
