@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew._compat import task_state_store
-from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
@@ -205,6 +205,68 @@ class RetryRecords:
         if self.store is not None:
             for key in keys:
                 self.store.delete(key)
+
+
+def claim_refused(request: str, error: BaseException) -> CrewError:
+    """The error of a try whose record, written right before a paid POST, Airflow refused: nothing is sent.
+
+    :param request: The request, e.g. "POST /kickoff".
+    :param error: Why the write failed.
+    """
+    return CrewError(
+        f"{request} was not sent: Airflow refused to keep its record for a retry ({error}). Airflow no "
+        "longer runs this try (it failed or reset it, e.g. apache/airflow#72716), so this try sends "
+        "nothing; a retry sends it once."
+    )
+
+
+class ResumeRecord:
+    """The record of a run's one ``POST /resume`` (a resume task's or a review round's), so that no retry
+    sends it twice.
+
+    :meth:`claim` writes "sending" right before the POST. The write is also a fence: Airflow refuses it
+    for a try it no longer runs, and that try then sends nothing (:func:`claim_refused`).
+    :meth:`sent` writes "sent" with what a retry returns instead of sending. :meth:`refused` drops the
+    claim when the service said it did not act, so that a retry may send it. A record left "sending"
+    means the outcome is unknown: a retry does not send it blindly. Before Airflow 3.3 each does nothing.
+
+    :param records: The task's records.
+    :param key: The record's key in the task state store.
+    :param kickoff_id: The execution resumed; a record about another one reads as absent.
+    :param log: The task's logger.
+    """
+
+    def __init__(self, records: RetryRecords, key: str, kickoff_id: str, log: Any) -> None:
+        self.records = records
+        self.key = key
+        self.kickoff_id = kickoff_id
+        self.log = log
+
+    def earlier(self) -> dict[str, Any] | None:
+        """What an earlier try of this run kept about resuming this execution (its ``state``), or None."""
+        kept = self.records.get(self.key)
+        return kept if kept is not None and kept.get("kickoff_id") == self.kickoff_id else None
+
+    def claim(self, **fields: Any) -> None:
+        """Keep "sending" with ``fields``; raise, before anything is sent, when Airflow refuses the write."""
+        try:
+            self.records.set(self.key, {**fields, "kickoff_id": self.kickoff_id, "state": "sending"})
+        except Exception as error:
+            raise claim_refused(f"POST /resume to crew execution {self.kickoff_id}", error) from None
+
+    def sent(self, **fields: Any) -> None:
+        """Keep "sent" with ``fields``: a retry returns them instead of sending."""
+        try:
+            self.records.set(self.key, {**fields, "kickoff_id": self.kickoff_id, "state": "sent"})
+        except Exception as error:  # "sending" stays: a retry does not send it blindly
+            self.log.warning("Could not record the resume for a retry: %s", error)
+
+    def refused(self) -> None:
+        """Drop the claim: the service refused the resume, so nothing was applied."""
+        try:
+            self.records.delete(self.key)
+        except Exception as error:  # "sending" stays: a retry does not send it blindly
+            self.log.warning("Could not drop this try's resume record: %s", error)
 
 
 def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, answered_output: str | None) -> str | None:

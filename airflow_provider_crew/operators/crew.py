@@ -24,6 +24,7 @@ from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
     RetryRecords,
     check_webhook_parameter,
+    claim_refused,
     is_template_or_xcom,
     try_number,
 )
@@ -361,7 +362,10 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         try that was slow to start, say), the API answers 404 for the old try, the write raises, and
         that try starts nothing, while the new one may. Seen with 100 tasks on an overloaded Airflow.
         """
-        records.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
+        try:
+            records.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
+        except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
+            raise claim_refused("POST /kickoff", error) from None
 
     def _previous_execution(self, records: RetryRecords, hook: CrewHook) -> str | None:
         """The execution an earlier try of this run started and a retry should reattach to, if any."""

@@ -18,6 +18,7 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
+    ResumeRecord,
     RetryRecords,
     check_webhook_parameter,
     checked_kickoff_id,
@@ -137,8 +138,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ui_color = "#fde8d8"
     operator_extra_links = (CrewExecutionLink(),)
 
-    # Where a retry finds the answer an earlier try of this run sent (task state store, Airflow 3.3+;
-    # operators.base.RetryRecords): written before POST /resume ("sending"), then with its answer ("sent").
+    # Where a retry finds the answer an earlier try of this run sent (task state store, Airflow 3.3+):
+    # operators.base.ResumeRecord.
     ANSWER_KEY = "crew_resume_answer"
 
     def __init__(
@@ -210,10 +211,10 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._refuse_own_crew_webhook(hook)
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
-        records = RetryRecords(context, self.timeout)
-        answer = self._sent_before(context, hook, execution_id, records)
+        record = ResumeRecord(RetryRecords(context, self.timeout), self.ANSWER_KEY, execution_id, self.log)
+        answer = self._sent_before(context, hook, record)
         if answer is None:
-            answer = self._send(context, hook, execution_id, records)
+            answer = self._send(context, hook, record)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=execution_id)
         ti.xcom_push(key=XCOM_RESUME, value=answer)
@@ -228,15 +229,11 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         execution_id, result = self._result_from_event(context, event)
         return self._finish_wait(context, execution_id, result)
 
-    def _send(
-        self, context: Context, hook: CrewHook, execution_id: str, records: RetryRecords
-    ) -> dict[str, Any]:
+    def _send(self, context: Context, hook: CrewHook, record: ResumeRecord) -> dict[str, Any]:
         """``POST /resume``, recorded for a retry before it is sent and after it was answered."""
+        execution_id = record.kickoff_id
         webhooks = resume_webhook_addresses(context, execution_id, self, self._webhook_wake(context, hook))
-        # Also a fence: Airflow refuses the write for a try it has already failed, which then sends nothing.
-        records.set(
-            self.ANSWER_KEY, {"kickoff_id": execution_id, "state": "sending", "try": try_number(context)}
-        )
+        record.claim(try_number=try_number(context))
         try:
             result = hook.resume(
                 execution_id,
@@ -246,30 +243,22 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 **webhooks,
             )
         except CrewBadRequestError as error:
-            try:
-                records.delete(self.ANSWER_KEY)  # the service did not apply it
-            except Exception as store_error:  # "sending" stays: a retry reads the status first
-                self.log.warning("Could not drop this try's resume record: %s", store_error)
+            record.refused()
             raise self._not_paused_error(hook, execution_id, error) from None
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
         answer = {"status": result.status.value, "message": result.message}
-        try:
-            records.set(self.ANSWER_KEY, {"kickoff_id": execution_id, "state": "sent", "answer": answer})
-        except Exception as error:  # "sending" stays: a retry reads the status before sending again
-            self.log.warning("Could not record the answer for a retry (%s).", error)
+        record.sent(answer=answer)
         return answer
 
-    def _sent_before(
-        self, context: Context, hook: CrewHook, execution_id: str, records: RetryRecords
-    ) -> dict[str, Any] | None:
+    def _sent_before(self, context: Context, hook: CrewHook, record: ResumeRecord) -> dict[str, Any] | None:
         """The ``/resume`` answer when an earlier try of this run already sent the feedback, else None.
 
         On Airflow 3.3+ the record says: sent (its answer), never sent (None), or stopped while sending.
         Then, and on any retry before 3.3, a status read tells: the execution has moved on from the
         pause the feedback is about (running, ended, or paused on another output), so it was applied.
         """
-        kept = records.get(self.ANSWER_KEY)
-        if kept is not None and kept.get("kickoff_id") == execution_id and kept.get("state") == "sent":
+        execution_id, kept = record.kickoff_id, record.earlier()
+        if kept is not None and kept.get("state") == "sent":
             self.log.info(
                 "An earlier try of this task sent this feedback to crew execution %s (%s): following the "
                 "execution instead of sending it again.",
@@ -277,7 +266,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 kept["answer"].get("status"),
             )
             return dict(kept["answer"])
-        if kept is None and (records.kept or try_number(context) <= 1):
+        if kept is None and (record.records.kept or try_number(context) <= 1):
             return None  # no try of this run sent it (3.3+), or the first try (before 3.3)
         status = hook.get_status(execution_id)
         crew_task_id = str(self.crew_task_id)

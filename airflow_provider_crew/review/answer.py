@@ -22,7 +22,7 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
-from airflow_provider_crew.operators.base import RetryRecords, why_answer_is_outdated
+from airflow_provider_crew.operators.base import ResumeRecord, RetryRecords, why_answer_is_outdated
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
@@ -205,10 +205,9 @@ def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) 
 # - what it asked about, so that a retry collects the answer given to its earlier try about this very
 #   pause instead of asking again (Airflow keeps an answer with its request until a try writes the
 #   request again): a program that answers at once would otherwise lose the race on every try;
-# - the answer it sends, written *before* POST /resume ("sending", then "sent"): Airflow refuses the
-#   write for a try it has already failed, and such a try must not resume the crew; a retry that
-#   finds the record returns it instead of waiting for another pause, so review_history keeps who
-#   approved.
+# - the answer it sends (operators.base.ResumeRecord, as CrewResumeOperator keeps its own): a retry
+#   that finds the record returns it instead of waiting for another pause, so review_history keeps
+#   who approved.
 
 
 def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
@@ -253,41 +252,13 @@ class RoundRecords:
         asked = asked_about(kickoff_id, status)
         return kept is not None and all(kept.get(key) == value for key, value in asked.items())
 
-    def claim_resume(self, kickoff_id: str, record: dict[str, Any]) -> None:
-        """Keep the record as being sent; raise, sending nothing, when Airflow refuses the write."""
-        claimed = {**record, "applied": True}
-        try:
-            self.records.set(
-                APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": claimed, "state": "sending"}
-            )
-        except Exception as error:
-            raise CrewError(
-                f"Round {self.round_number} did not send the answer to crew execution {kickoff_id}: "
-                f"Airflow refused to keep its record ({error}). Airflow has probably failed this try "
-                "already (apache/airflow#72716); the retry collects the same answer and sends it once."
-            ) from None
-
-    def keep_applied(self, kickoff_id: str, record: dict[str, Any]) -> None:
-        """Keep the record of the answer as sent."""
-        try:
-            self.records.set(
-                APPLIED_RECORD_KEY, {"kickoff_id": kickoff_id, "record": record, "state": "sent"}
-            )
-        except Exception as error:  # the claim stays, "sending": a retry will not send it again
-            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
-
-    def drop_claim(self) -> None:
-        """Forget the claim: the crew refused the answer, so nothing was sent."""
-        try:
-            self.records.delete(APPLIED_RECORD_KEY)
-        except Exception as error:  # a retry then finds "sending" and does not send: nothing doubles
-            self.log.warning("Could not update round %d's record for a retry: %s", self.round_number, error)
+    def resume(self, kickoff_id: str) -> ResumeRecord:
+        """The record of this round's ``POST /resume`` to ``kickoff_id``."""
+        return ResumeRecord(self.records, APPLIED_RECORD_KEY, kickoff_id, self.log)
 
     def applied_by_earlier_try(self, kickoff_id: str) -> dict[str, Any] | None:
         """The record of this round's answer, when an earlier try of this run sent it to this execution."""
-        kept = self.records.get(APPLIED_RECORD_KEY)
-        if kept is None or kept.get("kickoff_id") != kickoff_id:
-            return None
+        kept = self.resume(kickoff_id).earlier() or {}
         record = kept.get("record")
         if not isinstance(record, dict):
             return None

@@ -327,19 +327,19 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             return self._not_sent(record, moved_on)
         self._refuse_own_crew_webhook(hook)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
-        records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
-        records.claim_resume(kickoff_id, record)
+        resume = answer.RoundRecords(context, self.round_number, self.log, self.timeout).resume(kickoff_id)
+        resume.claim(record={**record, "applied": True})
         try:
             result = hook.resume(
                 kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
             )
         except CrewBadRequestError as error:
-            records.drop_claim()
+            resume.refused()
             return self._not_sent(
                 record, f"The crew did not accept the answer: {error.service_message or error}"
             )
         record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
-        records.keep_applied(kickoff_id, record)
+        resume.sent(record=record)
         self.log.info(
             "Round %d: %s by %s; crew execution %s %s.",
             self.round_number,

@@ -258,7 +258,7 @@ def test_a_try_airflow_no_longer_runs_starts_nothing(crew_service, crew_connecti
     # Once Airflow has reset the task instance, its API refuses the old try's writes (404): the claim
     # written just before POST /kickoff fails, and that try starts no execution.
     store = FakeStateStore(failures=1, failing_key=CrewKickoffOperator.CLAIM_KEY)
-    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+    with pytest.raises(CrewError, match=r"POST /kickoff was not sent.*API_SERVER_ERROR.*sends nothing"):
         _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI()})
     assert crew_service.request_count("kickoff") == 0
 
@@ -492,6 +492,6 @@ def test_a_try_airflow_already_failed_sends_no_feedback(crew_service, paused, mo
     kickoff_id, pause = paused
     refusing = FakeStateStore(failures=1, failing_key=CrewResumeOperator.ANSWER_KEY)
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: refusing)
-    with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
+    with pytest.raises(CrewError, match=r"POST /resume to crew execution .* was not sent.*API_SERVER_ERROR"):
         _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": _resume_ti(pause)})
     assert crew_service.request_count("resume") == 0

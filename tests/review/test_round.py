@@ -678,7 +678,9 @@ def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, pau
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
-    with pytest.raises(CrewError, match=r"did not send the answer.*the retry collects the same answer"):
+    with pytest.raises(
+        CrewError, match=r"POST /resume to crew execution .* was not sent.*a retry sends it once"
+    ):
         review(op, ti_asked(kickoff_id, status), answer("Request changes", "Shorter"), kickoff_id, status)
 
     # Nothing reached the crew: the retry collects this answer and sends it once.
