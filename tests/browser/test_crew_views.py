@@ -371,7 +371,7 @@ def test_the_tabs_of_resume_tasks_show_the_pause_one_ended_at_and_the_finish_of_
     page.goto(tab_url(airflow, RESUME_DAG_ID, run_id, "request_changes"), wait_until="domcontentloaded")
     tab = frame(page)
     expect(tab.locator("[data-state='waiting_for_human_input']")).to_be_visible(timeout=UI_TIMEOUT_MS)
-    expect(tab.get_by_text("Paused task")).to_be_visible()
+    expect(tab.get_by_text("Paused task id")).to_be_visible()
     steps.shot("resume-ended-at-a-pause")
     # approve resumed it to its end.
     page.goto(tab_url(airflow, RESUME_DAG_ID, run_id, "approve"), wait_until="domcontentloaded")
