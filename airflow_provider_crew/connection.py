@@ -182,7 +182,11 @@ def _message(error: ErrorDetails, given: Mapping[str, Any]) -> str:
         allowed = ", ".join(repr(choice) for choice in spec["schema"]["enum"])
         return f"{head} is {raw!r}; it must be one of {allowed}."
     if kind.startswith("bool"):
-        return f"{head} must be true or false, got {raw!r}."
+        # pydantic's booleans, like Airflow's own settings, also read yes/no, on/off and 1/0.
+        return (
+            f"{head} must be true or false (yes/no, on/off and 1/0 are read too), got {raw!r}. "
+            f"Fix the '{label}' field of the connection."
+        )
     if kind.startswith(("int", "float")):
         what = "a whole number" if kind.startswith("int") else "a number of seconds"
         return f"{head} must be {what}, got {raw!r}. Fix the '{label}' field of the connection."

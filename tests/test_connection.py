@@ -149,7 +149,11 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
         ({"extra": {"read_timeout": -1}}, "'read_timeout' must not be negative"),
         ({"extra": {"connect_timeout": "soon"}}, "'connect_timeout' must be a number of seconds"),
         ({"extra": {"retry_limit": 1.5}}, "'retry_limit' must be a whole number"),
-        ({"extra": {"verify_tls": "maybe"}}, "'verify_tls' must be true or false"),
+        (
+            {"extra": {"verify_tls": "maybe"}},
+            "'verify_tls' must be true or false \\(yes/no, on/off and 1/0 are read too\\), got 'maybe'. "
+            "Fix the 'Verify TLS certificate' field",
+        ),
         ({"extra": {"credential_kind": "admin"}}, "'credential_kind' is 'admin'"),
     ],
 )
@@ -157,6 +161,24 @@ def test_bad_configuration_names_the_field(fields, expected):
     with pytest.raises(CrewConnectionError, match=expected) as caught:
         config(**fields)
     assert str(caught.value).startswith("Connection 'crew_default': ")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True),
+        ("FALSE", False),
+        ("yes", True),
+        ("no", False),
+        ("on", True),
+        ("off", False),
+        ("1", True),
+        ("0", False),
+    ],
+)
+def test_a_boolean_extra_reads_the_spellings_its_error_names(raw, expected):
+    """The URI form makes every extra a string: each spelling the error message names is read as it says."""
+    assert config(extra={"verify_tls": raw, "wake_by_webhook": raw}).verify_tls is expected
 
 
 def test_without_a_connection_id_errors_name_only_the_field():
