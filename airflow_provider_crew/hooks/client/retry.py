@@ -57,14 +57,19 @@ class PostAnswer(str, enum.Enum):
 
 
 #: The one rule for every POST, first match wins (docs/reliability.md, "Paid requests: the POST
-#: rule"). Envoy, Istio and cloud load balancers answer 503 *themselves*, in plain text and without
-#: Retry-After, when the service's connection drops after they passed the request on; a busy
-#: service answers 503 in its own JSON error shape, usually with Retry-After.
+#: rule"). Gateways answer 503 *themselves*, without Retry-After, when the service's connection drops
+#: after they passed the request on: Envoy and Istio in plain text, AWS API Gateway, Kong, Azure API
+#: Management and ESPv2 in JSON with only a ``message``. A busy service answers 503 in its own JSON
+#: error shape (``{"error": ..., "message": ...}``, or a framework's ``{"detail": ...}``), usually with
+#: Retry-After.
 POST_RULE: tuple[tuple[str, PostAnswer], ...] = (
     ("refused, DNS failure, connect time-out, TLS handshake", PostAnswer.NOT_SENT),
     ("429", PostAnswer.BUSY),
-    ("503 with Retry-After or the service's JSON error body", PostAnswer.BUSY),
-    ("any other 5xx: 500, 502, 504, a gateway's own 503", PostAnswer.UNKNOWN),
+    ("503 with Retry-After or the service's JSON error body (a string error or detail)", PostAnswer.BUSY),
+    (
+        "any other 5xx: 500, 502, 504, a gateway's own 503 (text, or JSON with only a message)",
+        PostAnswer.UNKNOWN,
+    ),
     ("2xx, 3xx, 4xx", PostAnswer.ANSWERED),
     ("read time-out, reset after sending, no whole answer in time", PostAnswer.UNKNOWN),
 )
@@ -90,15 +95,13 @@ class Stop:
 
 
 def is_service_error_body(response: Response) -> bool:
-    """Whether the body is the service's own JSON error (``{"error"|"message"|"detail": ...}``), not a
-    gateway's text or HTML page."""
+    """Whether the body is the service's own JSON error (a string ``error`` or ``detail``), not a
+    gateway's text, HTML page or JSON ``{"message": ...}``."""
     try:
         body = json.loads(response.content)
     except ValueError:
         return False
-    return isinstance(body, dict) and any(
-        isinstance(body.get(key), str) for key in ("error", "message", "detail")
-    )
+    return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "detail"))
 
 
 def post_answer(response: Response) -> PostAnswer:

@@ -30,7 +30,9 @@ def answer(status: int, retry_after: str | None = None, body: bytes = b"{}") -> 
 
 
 SERVICE_BUSY = b'{"error": "Service Unavailable", "message": "Try again shortly"}'
-ENVOY_RESET = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+ENVOY_RESET = (
+    b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+)
 
 
 class Clock:
@@ -71,6 +73,17 @@ OUTCOMES = [
     (answer(503, body=b'{"detail": "Service Unavailable"}'), SAFE, SAFE),
     (answer(503, body=ENVOY_RESET), SAFE, UNSAFE),  # a gateway's own: it may have passed it on
     (answer(503, body=b"no healthy upstream"), SAFE, UNSAFE),
+    # API gateways' own 503s in JSON, after they may have passed the request on: AWS API Gateway's
+    # integration time-out, Kong's, Azure API Management's, ESPv2's (Envoy's error as JSON).
+    (answer(503, body=b'{"message": "Service Unavailable"}'), SAFE, UNSAFE),
+    (answer(503, body=b'{"message": "failure to get a peer from the ring-balancer"}'), SAFE, UNSAFE),
+    (answer(503, body=b'{"statusCode": 503, "message": "Service is unavailable."}'), SAFE, UNSAFE),
+    (
+        answer(503, body=b'{"code": 503, "message": "upstream connect error or disconnect/reset"}'),
+        SAFE,
+        UNSAFE,
+    ),
+    (answer(503, body=b'{"error": {"code": 503, "status": "UNAVAILABLE"}}'), SAFE, UNSAFE),
     (answer(503), SAFE, UNSAFE),  # "{}" says nothing of the service's
     (answer(502), SAFE, UNSAFE),
     (answer(504), SAFE, UNSAFE),
@@ -118,7 +131,9 @@ def test_a_gateway_503_to_a_post_says_why_it_is_not_repeated():
     step = policy("POST").decide(answer(503, body=ENVOY_RESET))
 
     assert isinstance(step, Stop) and isinstance(step.error, CrewOutcomeUnknownError)
-    assert "HTTP 503 without Retry-After or the service's error body: a gateway's own answer" in str(step.error)
+    assert "HTTP 503 without Retry-After or the service's error body: a gateway's own answer" in str(
+        step.error
+    )
 
 
 def test_an_unknown_outcome_names_what_may_have_happened_and_never_the_token():
