@@ -242,7 +242,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             )
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._refuse_own_crew_webhook(hook)
-        self._kicked_off_at: float | None = None  # set by _kickoff; a reattached execution has none
+        self._kicked_off_at: float | None = None  # set by _kickoff, or from the record on a reattach
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
@@ -383,6 +383,10 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             )
         kickoff_id = previous.get("kickoff_id") if previous else None
         if isinstance(kickoff_id, str) and kickoff_id:
+            # Published again as kicked_off_at (a new try starts with no XCom): waits downstream count
+            # their 404 grace from the kickoff. A record of 1.0 has no time; its claim, written just
+            # before the POST, has.
+            self._kicked_off_at = _epoch_seconds(previous) or _epoch_seconds(claim)
             try:
                 state: CrewState | None = hook.get_status(kickoff_id).state
             except CrewNotFoundError:
@@ -408,7 +412,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         pause = 1.0
         while True:
             try:
-                records.set(self.STATE_KEY, {"kickoff_id": kickoff_id})
+                records.set(self.STATE_KEY, {"kickoff_id": kickoff_id, "epoch_seconds": self._kicked_off_at})
                 return
             except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
                 if time.monotonic() + pause > deadline:
@@ -427,6 +431,11 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 )
                 time.sleep(pause)
                 pause = min(pause * 2, 15.0)
+
+
+def _epoch_seconds(record: Any) -> float | None:
+    value = record.get("epoch_seconds") if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 __all__ = ["CrewKickoffOperator"]

@@ -69,6 +69,11 @@ def test_a_retry_reattaches_to_the_execution_instead_of_starting_another(retries
         assert "Reattaching to crew execution" in result.stdout
         (kickoff_id,) = crew_service.executions
         assert result.xcom("kickoff") == kickoff_id
+        # The retry's XCom holds the first try's kickoff time again: a wait downstream counts its
+        # 404 grace from it.
+        kicked_off_at = result.xcom("kickoff", "kicked_off_at")
+        assert kicked_off_at["kickoff_id"] == kickoff_id
+        assert abs(kicked_off_at["epoch_seconds"] - crew_service.executions[kickoff_id]["created_at"]) < 5
     else:
         # Documented limit: no task state store before 3.3, so the retry starts a new execution.
         assert crew_service.request_count("kickoff") == 2

@@ -193,10 +193,28 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     ti = FakeTI(try_number=2)
     assert retry.execute({"ti": ti}) == kickoff_id
     assert crew_service.request_count("kickoff") == 1
-    # The retry tells downstream tasks about the execution again (a new try starts with no XCom).
+    # The retry tells downstream tasks about the execution again (a new try starts with no XCom),
+    # with the time of the first try's kickoff: a sensor downstream counts its 404 grace from it.
     assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
+    kicked_off_at = store.values[CrewKickoffOperator.STATE_KEY]["epoch_seconds"]
+    assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": kicked_off_at}
+    assert store.values[CrewKickoffOperator.CLAIM_KEY]["epoch_seconds"] <= kicked_off_at
     # Kept after the end: a try Airflow fails after it finished leaves the execution to its retry.
     assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+
+
+def test_a_retry_reattaching_to_a_record_without_a_time_publishes_its_claims(
+    crew_service, crew_connection, monkeypatch
+):
+    # A record written by 1.0 holds only the id; the claim, written just before the POST, has a time.
+    store = FakeStateStore()
+    kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
+    store.values[CrewKickoffOperator.STATE_KEY] = {"kickoff_id": kickoff_id, "max_tries": 0}
+    ti = FakeTI(try_number=2)
+    assert _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": ti}) == kickoff_id
+    claimed_at = store.values[CrewKickoffOperator.CLAIM_KEY]["epoch_seconds"]
+    assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": claimed_at}
+    assert crew_service.request_count("kickoff") == 1
 
 
 def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_task_starts_anew(
