@@ -56,7 +56,8 @@ STOP_PATIENCE_SECONDS = 15.0
 
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
 KICKOFF_IF_UNKNOWN = "an execution may have started and may be running"
-RESUME_IF_UNKNOWN = "the feedback may have been applied"
+# {execution_id}: the message names the execution, which the request's URL does not.
+RESUME_IF_UNKNOWN = "the feedback may have been applied to execution {execution_id}, which may then be running"
 
 
 class CrewHook(BaseHook):
@@ -310,7 +311,7 @@ class CrewHook(BaseHook):
             "/resume",
             ResumeRequest,
             ResumeResult,
-            if_unknown=RESUME_IF_UNKNOWN,
+            if_unknown=RESUME_IF_UNKNOWN.format(execution_id=execution_id),
             execution_id=execution_id,
             task_id=task_id,
             human_feedback=human_feedback,

@@ -436,7 +436,10 @@ def test_resume_is_never_repeated_when_its_outcome_is_unknown(hook, requests_moc
         f"{BASE_URL}/resume",
         [{"exc": requests.exceptions.ReadTimeout("read")}, {"json": {"status": "resumed", "message": ""}}],
     )
-    with pytest.raises(CrewOutcomeUnknownError, match="feedback may have been applied"):
+    with pytest.raises(
+        CrewOutcomeUnknownError,
+        match=f"the feedback may have been applied to execution {KICKOFF_ID}, which may then be running",
+    ):
         hook.resume(KICKOFF_ID, "review", "ok", True)
     assert requests_mock.call_count == 1
 

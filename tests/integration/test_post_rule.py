@@ -137,7 +137,8 @@ def test_a_resume_the_gateway_passed_on_is_applied_once_and_is_outcome_unknown(c
     assert final["state"] == "SUCCESS"  # the approval went through behind the gateway's 503
     message = str(caught.value)
     assert "POST /resume" in message and "outcome is unknown" in message
-    assert "the feedback may have been applied" in message and "not repeated" in message
+    assert f"the feedback may have been applied to execution {kickoff_id}" in message
+    assert "not repeated" in message
 
 
 def test_a_resume_refused_by_a_busy_service_is_repeated_and_applied_once(crew_service, connect):
