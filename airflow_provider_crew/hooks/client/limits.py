@@ -91,6 +91,11 @@ class BodyCap:
         self._size = 0
         encoding = (headers.get("Content-Encoding") or "").strip().lower()
         if encoding not in _DECODED:  # the libraries would pass it on undecoded, or decode brotli
+            if not call.idempotent and not 400 <= status_code < 500:
+                # A kickoff or resume that succeeded, or failed at a gateway, but cannot be read.
+                raise call.outcome_unknown(
+                    f"HTTP {status_code} with Content-Encoding {encoding!r}, unreadable"
+                )
             raise CrewServerError(
                 call.explain(
                     f"{call.endpoint} answered {status_code} with Content-Encoding {encoding!r}, which was "

@@ -18,15 +18,18 @@ import zlib
 import pytest
 import requests
 
+from airflow_provider_crew._compat import AirflowFailException
+from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
+    CrewOutcomeUnknownError,
     CrewRedirectError,
     CrewResponseTooLargeError,
     CrewServerError,
 )
 from airflow_provider_crew.hooks.client.limits import Limits, describe_size
 from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, redirect_target
-from airflow_provider_crew.hooks.client.request import Call
+from airflow_provider_crew.hooks.client.request import Call, post_call
 from airflow_provider_crew.hooks.client.response import Response
 from airflow_provider_crew.hooks.client.transport import (
     AsyncTransport,
@@ -38,6 +41,7 @@ from airflow_provider_crew.hooks.client.transport import (
 from airflow_provider_crew.testing.faults import gzip_bomb_body
 
 BASE = "https://crew.example.test"
+CONFIG_FOR_POSTS = CrewConnectionConfig(base_url=BASE, token="transport-token-1")
 MiB = 1024 * 1024
 
 
@@ -56,6 +60,10 @@ class FixedAnswer(http.server.BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.do_GET()
 
     def log_message(self, *args: object) -> None:
         pass
@@ -173,6 +181,20 @@ def test_an_encoding_that_was_not_asked_for_is_refused(read, encoding, request):
         refused = pytest.raises(AssertionError, match=r"Can not decode content-encoding: brotli \(br\)")
     with refused:
         read(b"\x0b\x02\x80{}\x03", max_bytes=1000, encoding=encoding)
+
+
+def test_a_kickoff_answered_200_in_an_encoding_not_asked_for_is_an_unknown_outcome(server):
+    """The service may have started an execution whose id cannot be read: never sent again."""
+    server.answer = ({"Content-Encoding": "br"}, b"\x0b\x02\x80{}\x03")
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    kickoff = post_call(
+        CONFIG_FOR_POSTS.model_copy(update={"base_url": base}), "/kickoff", {}, if_unknown="it ran"
+    )
+    limits = Limits(connect_timeout=5, read_timeout=5, total=10, max_bytes=1000)
+    with requests.Session() as session, pytest.raises(CrewOutcomeUnknownError) as caught:
+        SyncTransport(session).send(kickoff, limits)
+    assert "outcome is unknown (HTTP 200 with Content-Encoding 'br', unreadable); it ran" in str(caught.value)
+    assert isinstance(caught.value, AirflowFailException)  # no Airflow retry sends it again
 
 
 @pytest.mark.parametrize("transport", ["sync", "async"])
