@@ -71,7 +71,7 @@ POST_RULE: tuple[tuple[str, PostAnswer], ...] = (
         PostAnswer.UNKNOWN,
     ),
     ("2xx, 3xx, 4xx", PostAnswer.ANSWERED),
-    ("read time-out, reset after sending, no whole answer in time", PostAnswer.UNKNOWN),
+    ("read time-out, reset or a TLS failure after sending, no whole answer in time", PostAnswer.UNKNOWN),
 )
 # Longest Retry-After honoured as asked; a longer one is treated as this long.
 MAX_RETRY_AFTER_SECONDS = MAX_BACKOFF_SECONDS * 5

@@ -45,6 +45,17 @@ class TransportFailure:
     reason: str
 
 
+# What OpenSSL says of a handshake it refused: a certificate or host name not verified, a peer that
+# does not speak TLS, or no protocol both ends share.
+TLS_HANDSHAKE_REFUSALS = (
+    "certificate verify failed",
+    "wrong version number",
+    "handshake failure",
+    "unsupported protocol",
+    "alert protocol version",
+)
+
+
 def over_time(limits: Limits) -> TransportFailure:
     """The failure of an attempt that ran past its total time bound."""
     return TransportFailure(Failure.UNKNOWN, f"no complete answer within {limits.total:.3g} s")
@@ -62,7 +73,12 @@ def classify_requests_error(error: requests.RequestException) -> Failure:
     import urllib3.exceptions
 
     if isinstance(error, requests.exceptions.SSLError):
-        return Failure.FATAL
+        # A refusal in the handshake: nothing was sent, and a repeat meets it again. urllib3 raises any
+        # other TLS failure the same way, also one in the answer to a request already sent.
+        text = str(error).lower()
+        return (
+            Failure.FATAL if any(refusal in text for refusal in TLS_HANDSHAKE_REFUSALS) else Failure.UNKNOWN
+        )
     if isinstance(error, requests.exceptions.ConnectTimeout):
         return Failure.NOT_SENT
     if isinstance(error, requests.exceptions.ConnectionError):

@@ -197,6 +197,99 @@ def test_a_kickoff_answered_200_in_an_encoding_not_asked_for_is_an_unknown_outco
     assert isinstance(caught.value, AirflowFailException)  # no Airflow retry sends it again
 
 
+def _self_signed(folder) -> tuple[str, str]:
+    """A certificate and key for 127.0.0.1, written under ``folder``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+@pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
+@pytest.mark.parametrize("verify_tls", [False, True])
+def test_tls_after_the_request_was_sent_is_an_unknown_outcome_and_a_refused_certificate_is_not(
+    tmp_path, verify_tls
+):
+    """A TLS server that reads the whole POST, then answers with a corrupt TLS record: the service
+    may have acted. With verification on, the self-signed certificate is refused in the handshake,
+    before anything is sent."""
+    import os
+    import socket
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*_self_signed(tmp_path))
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def serve() -> None:
+        raw, _ = listener.accept()
+        try:
+            tls = context.wrap_socket(raw, server_side=True)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += tls.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+            while len(body) < length:
+                body += tls.recv(65536)
+            received.append(head.split(b" ")[1])
+            os.write(
+                tls.fileno(), b"\x17\x03\x03\x00\x20" + b"\x00" * 32
+            )  # application data that fails its MAC
+        except (ssl.SSLError, OSError):
+            pass  # the client refused the certificate
+        finally:
+            raw.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    base = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    kickoff = post_call(
+        CONFIG_FOR_POSTS.model_copy(update={"base_url": base}), "/kickoff", {}, if_unknown="it ran"
+    )
+    limits = Limits(connect_timeout=5, read_timeout=5, total=10, max_bytes=1000, verify_tls=verify_tls)
+    with requests.Session() as session:
+        outcome = SyncTransport(session).send(kickoff, limits)
+    thread.join(timeout=10)
+    listener.close()
+
+    assert isinstance(outcome, TransportFailure), outcome
+    if verify_tls:
+        assert outcome.kind is Failure.FATAL and received == [], outcome
+    else:
+        assert outcome.kind is Failure.UNKNOWN and received == [b"/kickoff"], outcome
+        assert "SSLError" in outcome.reason
+
+
 @pytest.mark.parametrize("transport", ["sync", "async"])
 def test_a_corrupt_gzip_body_is_a_failed_attempt_that_may_have_been_acted_on(server, transport):
     server.answer = ({"Content-Encoding": "gzip"}, b"\x1f\x8b\x08\x00garbage-garbage")
