@@ -274,8 +274,13 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         return kickoff_id
 
     def _after_stop(self, context: Context, kickoff_id: str, stopped: dict[str, str]) -> None:
-        """A stopped execution is nobody's to reattach to: a retry, or the next run, starts anew."""
+        """A stopped execution is nobody's to reattach to: a retry, or the next run, starts anew. One
+        the service did not say it stopped (no /stop, no answer) may run on: a retry reattaches to it."""
+        from airflow_provider_crew.models import StopOutcome
+
         super()._after_stop(context, kickoff_id, stopped)
+        if stopped.get("answer") != StopOutcome.STOPPED.value:
+            return
         try:
             self._forget_execution(context)
         except Exception as error:  # a retry then finds it REVOKED, and starts anew all the same

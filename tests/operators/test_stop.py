@@ -145,3 +145,19 @@ def test_a_service_without_stop_ends_the_task_as_before_with_one_line(crew_servi
     ]
     assert len(lines) == 1 and "has no POST /stop" in lines[0], lines
     assert crew_service.stops == []
+
+
+@pytest.mark.crew_service(SLOW_CREW, stop_endpoint="405")
+def test_a_stop_the_service_did_not_confirm_keeps_the_record_so_a_retry_reattaches(
+    crew_service, crew_connection, monkeypatch
+):
+    store = FakeStateStore()
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    with pytest.raises(CrewExecutionTimeoutError):
+        kickoff(timeout=1).execute({"ti": FakeTI()})
+    [kickoff_id] = crew_service.executions
+    assert crew_service.executions[kickoff_id]["state"] in ("PENDING", "RUNNING")  # it runs on
+    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+
+    retry = kickoff(timeout=1, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
+    assert retry == kickoff_id and crew_service.request_count("kickoff") == 1  # not a second execution
