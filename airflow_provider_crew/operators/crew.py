@@ -405,6 +405,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 )
                 return kickoff_id
             self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", kickoff_id)
+            # Dropped before the new claim: a later try that finds the claim without an id then knows
+            # this try may have started an execution, instead of reading the old FAILED one.
+            try:
+                records.delete(self.STATE_KEY)
+            except Exception as error:
+                raise claim_refused("POST /kickoff", error) from None
         return None
 
     def _remember_execution(self, records: RetryRecords, kickoff_id: str) -> None:

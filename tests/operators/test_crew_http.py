@@ -18,6 +18,7 @@ from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import base as operators_base
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
+from airflow_provider_crew.status import CrewState
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +215,32 @@ def test_a_retry_reattaching_to_a_record_without_a_time_publishes_its_claims(
     assert _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": ti}) == kickoff_id
     claimed_at = store.values[CrewKickoffOperator.CLAIM_KEY]["epoch_seconds"]
     assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": claimed_at}
+    assert crew_service.request_count("kickoff") == 1
+
+
+def test_a_try_stopped_during_its_kickoff_after_an_earlier_failed_execution_is_not_sent_again(
+    crew_service, crew_connection, monkeypatch
+):
+    """Try 1's execution FAILED; try 2 is stopped during POST /kickoff; try 3 must not read try 1's
+    FAILED record as leave to start another: try 2's may be running."""
+    store = FakeStateStore()
+    first = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
+    real_get_status, real_kickoff = CrewHook.get_status, CrewHook.kickoff
+
+    def failed_first(self, kickoff_id, **kwargs):
+        status = real_get_status(self, kickoff_id, **kwargs)
+        return status.model_copy(update={"state": CrewState.FAILED}) if kickoff_id == first else status
+
+    def stopped_mid_request(self, *args, **kwargs):
+        raise KeyboardInterrupt("the try was stopped during POST /kickoff")
+
+    monkeypatch.setattr(CrewHook, "get_status", failed_first)
+    monkeypatch.setattr(CrewHook, "kickoff", stopped_mid_request)
+    with pytest.raises(KeyboardInterrupt):
+        _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
+    monkeypatch.setattr(CrewHook, "kickoff", real_kickoff)
+    with pytest.raises(CrewOutcomeUnknownError, match="Try 2 of this task set out to start a crew execution"):
+        _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI(try_number=3)})
     assert crew_service.request_count("kickoff") == 1
 
 
