@@ -78,7 +78,8 @@ def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
     if status is not None and status.usage is not None:
         # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
         xcoms[XCOM_USAGE] = status.usage
-    xcoms[XCOM_RESULT] = status.output if status is not None else None
+    if status is not None and status.output is not None:  # a crew may finish without output
+        xcoms[XCOM_RESULT] = status.output
     return xcoms
 
 

@@ -89,6 +89,12 @@ def test_an_end_without_token_counts_pushes_no_usage():
     assert "usage" in NONE_WHEN_ABSENT
 
 
+def test_an_end_without_output_pushes_no_result():
+    # Not pushed as None (Airflow 3.0 refuses to store a None XCom): it reads as None all the same.
+    xcoms = result_xcoms("k1", finished())
+    assert set(xcoms) == {"status"} and "result" in NONE_WHEN_ABSENT
+
+
 # -- the output is stored once -------------------------------------------------------------------
 
 
