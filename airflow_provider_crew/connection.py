@@ -95,6 +95,20 @@ class CrewConnectionConfig(BaseModel):
     safety_poll_interval: _Seconds = _extra("safety_poll_interval")
     execution_url_template: str | None = _extra("execution_url_template")
 
+    @field_validator("token")
+    @classmethod
+    def _check_token(cls, token: str) -> str:
+        """Only characters an HTTP header carries: a line break or a pasted zero-width space would fail
+        every request late, in errors that quote the header. The message never shows the token."""
+        for position, char in enumerate(token, start=1):
+            if not "!" <= char <= "~":
+                raise CrewConnectionError(
+                    f"'{TOKEN_LABEL}' (the connection's password) holds U+{ord(char):04X} at character "
+                    f"{position}: a space, line break or other character an HTTP header cannot carry. "
+                    "Paste the token from the crew's status tab again, without it."
+                )
+        return token
+
     @field_validator("execution_url_template", mode="before")
     @classmethod
     def _check_template(cls, raw: Any) -> str | None:
@@ -147,7 +161,7 @@ class CrewConnectionConfig(BaseModel):
         fields = {key: value.strip() if isinstance(value, str) else value for key, value in given.items()}
         try:
             fields["base_url"] = normalise_base_url(host, port=port, path=schema)
-            if password:
+            if password and password.strip():
                 fields["token"] = password.strip()
             try:
                 return cls.model_validate(fields)
@@ -169,13 +183,13 @@ def _message(error: ErrorDetails, given: Mapping[str, Any]) -> str:
     """pydantic's error as the provider says it: the field, the value given, and the fix."""
     key, kind = str(error["loc"][0]), error["type"]
     name = key.removeprefix(_PREFIX)
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
     if name == "token":
         return (
             f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the crew's "
             "status tab in it."
         )
-    if kind == "value_error":
-        return str(error["ctx"]["error"])
     spec, raw, head = CONN_FIELDS[name], given.get(key), f"Connection extra '{name}'"
     label, default = spec["label"], spec["schema"]["default"]
     if kind == "enum":
@@ -245,6 +259,13 @@ def normalise_base_url(
             f"'{label}' is empty. Set it (the connection's host) to the address, e.g. "
             "https://my-crew-1234.example.com."
         )
+    if "@" in host.split("://", 1)[-1].split("/", 1)[0]:  # not echoed: it holds a password
+        raise CrewConnectionError(
+            f"'{label}' holds a login or password (user:password@). Remove it: the address is shown in "
+            "logs and errors, and the credential has a field of its own."
+        )
+    if any(char.isspace() for char in host):
+        raise CrewConnectionError(f"'{label}' {host!r} contains a space. Write the address without it.")
     if "://" not in host:
         raise CrewConnectionError(
             f"'{label}' {host!r} has no scheme. Write the full address, e.g. https://{host}."
@@ -253,6 +274,11 @@ def normalise_base_url(
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise CrewConnectionError(
             f"'{label}' {host!r} is not an https:// URL. Write it as https://<crew address>[/path]."
+        )
+    if parts.query or parts.fragment:
+        raise CrewConnectionError(
+            f"'{label}' {host!r} has a query or fragment (?... or #...). Remove it: the provider appends "
+            "the contract's paths (/kickoff, /inputs) to the address."
         )
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise CrewConnectionError(

@@ -181,6 +181,42 @@ def test_a_boolean_extra_reads_the_spellings_its_error_names(raw, expected):
     assert config(extra={"verify_tls": raw, "wake_by_webhook": raw}).verify_tls is expected
 
 
+@pytest.mark.parametrize(
+    ("fields", "expected", "secret"),
+    [
+        ({"password": "sk-live-SECRET\nPART2"}, "holds U\\+000A at character 15", "SECRET"),
+        ({"password": "sk-live-SECRET\r\nPART2"}, "holds U\\+000D at character 15", "SECRET"),
+        ({"password": "abc\u200bdefSECRET"}, "holds U\\+200B at character 4", "SECRET"),
+        ({"password": "sk live SECRET"}, "holds U\\+0020 at character 3", "SECRET"),
+        ({"host": "https://admin:SECRET@crew.example.test"}, "holds a login or password", "SECRET"),
+        ({"host": "admin:SECRET@crew.example.test"}, "holds a login or password", "SECRET"),
+    ],
+)
+def test_a_token_or_address_that_would_leak_fails_without_showing_the_secret(fields, expected, secret):
+    """A token an HTTP header cannot carry failed every request late, in errors quoting the header; a
+    login in the address appeared in every log line naming it."""
+    with pytest.raises(CrewConnectionError, match=expected) as caught:
+        config(**fields)
+    assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("https://crew.example.test/?env=prod", "has a query or fragment"),
+        ("https://crew.example.test/v1#top", "has a query or fragment"),
+        ("https://crew example.test", "contains a space"),
+    ],
+)
+def test_an_address_requests_could_not_be_appended_to_is_refused(host, expected):
+    with pytest.raises(CrewConnectionError, match=expected):
+        config(host=host)
+
+
+def test_a_blank_password_leaves_the_token_extra_in_place():
+    assert config(password="   ", extra={"token": "extra-token-1"}).token == "extra-token-1"
+
+
 def test_without_a_connection_id_errors_name_only_the_field():
     """Airflow's Test action tests under a random id: its messages leave the id out."""
     with pytest.raises(CrewConnectionError) as caught:

@@ -19,7 +19,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,9 @@ STOP_PATIENCE_SECONDS = 15.0
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
 KICKOFF_IF_UNKNOWN = "an execution may have started and may be running"
 # {execution_id}: the message names the execution, which the request's URL does not.
-RESUME_IF_UNKNOWN = "the feedback may have been applied to execution {execution_id}, which may then be running"
+RESUME_IF_UNKNOWN = (
+    "the feedback may have been applied to execution {execution_id}, which may then be running"
+)
 
 
 class CrewHook(BaseHook):
@@ -407,7 +409,9 @@ class SharedConnection:
 
     conn_id: str
     config: CrewConnectionConfig
-    headers: dict[str, str]  # a status request's headers, shared by every wait's requests
+    headers: dict[str, str] = field(
+        repr=False
+    )  # a status request's headers (the token), shared by every wait's requests
     expires: float  # loop.time()
 
 
