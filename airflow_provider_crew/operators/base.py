@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import task_state_store
+from airflow_provider_crew._compat import AirflowFailException, task_state_store
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
@@ -227,8 +227,10 @@ class ResumeRecord:
     :meth:`claim` writes "sending" right before the POST. The write is also a fence: Airflow refuses it
     for a try it no longer runs, and that try then sends nothing (:func:`claim_refused`).
     :meth:`sent` writes "sent" with what a retry returns instead of sending. :meth:`refused` drops the
-    claim when the service said it did not act, so that a retry may send it. A record left "sending"
-    means the outcome is unknown: a retry does not send it blindly. Before Airflow 3.3 each does nothing.
+    claim when the service said it did not act, and :meth:`failed` after any error Airflow retries
+    (refused, busy past the budget, never reached), so that a retry may send it. A record left
+    "sending" means the try was stopped mid-request or the outcome is unknown: a retry does not send it.
+    Before Airflow 3.3 each does nothing.
 
     :param records: The task's records.
     :param key: The record's key in the task state store.
@@ -260,6 +262,12 @@ class ResumeRecord:
             self.records.set(self.key, {**fields, "kickoff_id": self.kickoff_id, "state": "sent"})
         except Exception as error:  # "sending" stays: a retry does not send it blindly
             self.log.warning("Could not record the resume for a retry: %s", error)
+
+    def failed(self, error: CrewError) -> None:
+        """After the POST failed: drop the claim when Airflow retries ``error`` (the service did not act);
+        keep "sending" after an unknown outcome, which fails without retry."""
+        if not isinstance(error, AirflowFailException):
+            self.refused()
 
     def refused(self) -> None:
         """Drop the claim: the service refused the resume, so nothing was applied."""

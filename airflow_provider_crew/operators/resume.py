@@ -12,6 +12,7 @@ from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
     CrewExecutionNotPausedError,
+    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
@@ -245,6 +246,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         except CrewBadRequestError as error:
             record.refused()
             raise self._not_paused_error(hook, execution_id, error) from None
+        except CrewError as error:
+            record.failed(error)
+            raise
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
         answer = {"status": result.status.value, "message": result.message}
         record.sent(answer=answer)
@@ -275,6 +279,15 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         )
         answered_output = self._answered_output(context, execution_id, crew_task_id)
         if paused_here and answered_output is None:
+            if kept is not None:  # "sending": that try was stopped during its POST /resume
+                raise CrewOutcomeUnknownError(
+                    f"Try {kept.get('try_number', '?')} of this task set out to send this feedback to crew "
+                    f"execution {execution_id} and was stopped before it recorded the answer. The execution "
+                    f"waits on task {crew_task_id!r} again, which may be the redo after that feedback: which "
+                    "output the feedback is about is unknown (no XCom human_input upstream). This retry "
+                    "sends nothing, so that the feedback is not applied twice; it fails without retry. "
+                    "Check the execution, then clear this task to send the feedback."
+                )
             self.log.warning(
                 "Crew execution %s waits on task %r, and which output this feedback is about is unknown (no "
                 "XCom human_input upstream): an earlier try may have sent it already. Sending it.",

@@ -338,6 +338,9 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             return self._not_sent(
                 record, f"The crew did not accept the answer: {error.service_message or error}"
             )
+        except CrewError as error:
+            resume.failed(error)
+            raise
         record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
         resume.sent(record=record)
         self.log.info(

@@ -13,6 +13,7 @@ from airflow_provider_crew.exceptions import (
     CrewError,
     CrewKickoffNotRecordedError,
     CrewOutcomeUnknownError,
+    CrewTransportError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import base as operators_base
@@ -530,6 +531,56 @@ def test_a_retry_of_a_resume_that_never_reached_the_service_sends_it(
     assert _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": ti}) == kickoff_id
     assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
     assert ti.xcom["resume"]["status"] == "retrying"
+
+
+def test_a_resume_that_never_reached_the_service_drops_its_claim_and_its_retry_sends_it_once(
+    crew_service, paused, monkeypatch
+):
+    kickoff_id, pause = paused
+    kept = FakeStateStore()
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    real_resume = CrewHook.resume
+
+    def refused(self, *args, **kwargs):
+        raise CrewTransportError("POST /resume failed after 4 attempt(s): ConnectionError: refused")
+
+    monkeypatch.setattr(CrewHook, "resume", refused)
+    with pytest.raises(CrewTransportError):
+        _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": _resume_ti(pause)})
+    assert CrewResumeOperator.ANSWER_KEY not in kept.values  # nothing reached the service: no claim left
+
+    monkeypatch.setattr(CrewHook, "resume", real_resume)
+    ti = _resume_ti(pause, try_number=2)
+    assert _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": ti}) == kickoff_id
+    assert crew_service.request_count("resume") == 1 and ti.xcom["resume"]["status"] == "retrying"
+
+
+def test_a_retry_that_finds_a_resume_stopped_mid_request_and_cannot_tell_sends_nothing(
+    crew_service, paused, monkeypatch
+):
+    """Try 1 was stopped during POST /resume ("sending" kept); the crew waits on the same task, and
+    with a literal kickoff_id nothing says which output the feedback is about: it may be the redo."""
+    kickoff_id, pause = paused
+    kept = FakeStateStore()
+    kept.values[CrewResumeOperator.ANSWER_KEY] = {
+        "kickoff_id": kickoff_id,
+        "state": "sending",
+        "try_number": 1,
+        "max_tries": 0,
+    }
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    op = CrewResumeOperator(
+        task_id="reject",
+        kickoff_id=kickoff_id,
+        crew_task_id=pause["task_id"],
+        human_feedback="Shorter, please",
+        is_approve=False,
+        carry_over_webhooks=False,
+        deferrable=False,
+    )
+    with pytest.raises(CrewOutcomeUnknownError, match="Try 1 of this task set out to send this feedback"):
+        op.execute({"ti": FakeTI(try_number=2)})
+    assert crew_service.request_count("resume") == 0
 
 
 def test_a_try_airflow_already_failed_sends_no_feedback(crew_service, paused, monkeypatch):

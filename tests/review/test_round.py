@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
-from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
+from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import base as operators_base
 from airflow_provider_crew.review import answer as review_answer
@@ -686,6 +686,33 @@ def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, pau
     # Nothing reached the crew: the retry collects this answer and sends it once.
     assert crew_service.executions[kickoff_id]["feedback"] == []
     assert crew_service.executions[kickoff_id]["state"] == "PAUSED"
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
+def test_an_answer_that_never_reached_the_crew_drops_its_claim_and_the_retry_sends_it_once(
+    crew_service, paused_execution, monkeypatch
+):
+    store = FakeStateStore()
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    kickoff_id, status = paused_execution
+    real_resume = CrewHook.resume
+
+    def refused(self, *args, **kwargs):
+        raise CrewTransportError("POST /resume failed after 4 attempt(s): ConnectionError: refused")
+
+    monkeypatch.setattr(CrewHook, "resume", refused)
+    op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
+    with pytest.raises(CrewTransportError):
+        review(op, ti_asked(kickoff_id, status), answer("Request changes", "Shorter"), kickoff_id, status)
+    assert review_answer.APPLIED_RECORD_KEY not in store.values  # not left "sending": nothing arrived
+
+    monkeypatch.setattr(CrewHook, "resume", real_resume)
+    retry_ti = ti_asked(kickoff_id, status)
+    retry_ti.try_number = 2
+    record = review(op, retry_ti, answer("Request changes", "Shorter"), kickoff_id, status)
+    assert record["applied"] is True and "note" not in record
+    assert [f["feedback"] for f in crew_service.executions[kickoff_id]["feedback"]] == ["Shorter"]
 
 
 @needs_3_1
