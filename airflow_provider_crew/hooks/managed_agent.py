@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from airflow_provider_crew._compat import AirflowOptionalProviderFeatureException
+from airflow_provider_crew._compat import AirflowFailException, AirflowOptionalProviderFeatureException
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
@@ -34,7 +34,9 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.models import StopOutcome
 from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, wait_blocking
 
 try:
@@ -53,6 +55,8 @@ except ImportError as error:  # pragma: no cover - the ai extra's job
         f"pip install 'airflow-provider-crew[ai]' (Python 3.11+). ({error})"
     ) from error
 
+#: Why a timed-out call stops its execution: nobody waits for it any more.
+CALL_TIMEOUT = "the agent's call timed out"
 #: Seconds a call waits when the request sets no ``timeout``.
 DEFAULT_TIMEOUT = 600.0
 #: What ``vendor_options`` may hold; anything else (another URL, token, connection) is refused.
@@ -70,9 +74,10 @@ class CrewAgentExecutionError(ManagedAgentInvocationError):
     """The crew's execution failed, was revoked, vanished, or paused for human input."""
 
 
-class CrewAgentOutcomeUnknownError(ManagedAgentInvocationError):
+class CrewAgentOutcomeUnknownError(ManagedAgentInvocationError, AirflowFailException):
     """The kickoff may have reached the crew (a time-out or reset after sending): it was not repeated,
-    and no other crew should be asked (see :data:`SAFE_TO_FAIL_OVER`)."""
+    no other crew should be asked (see :data:`SAFE_TO_FAIL_OVER`), and Airflow does not retry the task,
+    whose next try would ask the crew again."""
 
 
 #: The errors after which a failover group may ask another crew without two executions for one call:
@@ -109,7 +114,8 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         :raises CrewAgentUnavailableError: a bad token, no such crew, a wrong connection or option.
         :raises CrewAgentExecutionError: the execution failed, vanished or paused for human input.
         :raises CrewAgentOutcomeUnknownError: the kickoff may have started an execution.
-        :raises CrewExecutionTimeoutError: not done within ``request.timeout`` (it runs on).
+        :raises CrewExecutionTimeoutError: not done within ``request.timeout``; the execution is stopped
+            (``POST /stop``) unless the connection's ``stop_executions`` is off.
         Rate limits, server errors and unreachable services propagate unchanged (transient).
         """
         deadline = time.time() + (request.timeout if request.timeout is not None else DEFAULT_TIMEOUT)
@@ -196,9 +202,7 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         if result.outcome is Outcome.SUCCEEDED and status is not None:
             return status
         if result.outcome is Outcome.TIMEOUT:
-            raise CrewExecutionTimeoutError(
-                f"{result.message} The execution was not stopped and may still be running."
-            )
+            raise CrewExecutionTimeoutError(f"{result.message} {self._stop_unwaited(kickoff_id)}")
         if result.outcome is Outcome.PAUSED and status is not None:
             message = (
                 f"Crew execution {kickoff_id} paused for human input on task {status.paused_task_id!r}, "
@@ -209,6 +213,20 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             raise CrewAgentExecutionError(message)
         reason = (status.error if status is not None else None) or result.message
         raise CrewAgentExecutionError(f"Crew execution {kickoff_id} ended {result.outcome.value}: {reason}")
+
+    def _stop_unwaited(self, kickoff_id: str) -> str:
+        """Stop the execution of a call that gave up on it (nobody waits for it); say what came of it."""
+        config = self.config
+        line = stopping.before_stop(config.base_url, kickoff_id, CALL_TIMEOUT, enabled=config.stop_executions)
+        if line is not None:
+            self.log.info("%s", line)
+            return "The execution was not stopped and may still be running."
+        result = self.stop(kickoff_id)
+        level, line = stopping.after_stop(config.base_url, kickoff_id, CALL_TIMEOUT, result)
+        self.log.log(level, "%s", line)
+        if result.outcome is StopOutcome.STOPPED:
+            return "The execution was stopped: nobody waits for it any more."
+        return f"The execution may still be running (stop: {result.describe()})."
 
     @staticmethod
     def _response(kickoff_id: str, status: CrewStatus) -> ManagedAgentResponse:

@@ -20,6 +20,7 @@ pytest.importorskip("airflow.providers.common.ai.managed_agents.base", reason="n
 from airflow.providers.common.ai.exceptions import ManagedAgentRejected
 from airflow.providers.common.ai.managed_agents.base import ManagedAgentRequest
 
+from airflow_provider_crew._compat import AirflowFailException
 from airflow_provider_crew.exceptions import CrewExecutionTimeoutError, CrewServerError
 from airflow_provider_crew.hooks.managed_agent import (
     CrewAgentExecutionError,
@@ -218,14 +219,26 @@ def test_the_timeout_holds_for_the_whole_call_not_each_read(crew_service, crew_a
     crew_service.configure(speed=0.02)  # the research crew now runs for minutes
     crew_service.faults.latency(0.8, endpoint="status")  # each read is slow too
     started = time.monotonic()
-    with pytest.raises(CrewExecutionTimeoutError, match="was not stopped and may still be running"):
+    with pytest.raises(CrewExecutionTimeoutError, match="The execution was stopped: nobody waits for it"):
         ask(crew_agent, timeout=3)
-    assert time.monotonic() - started < 3 + 2  # the deadline, plus at most one read in flight
+    assert time.monotonic() - started < 3 + 2 + 2  # the deadline, one read in flight, the stop
     assert crew_service.request_count("kickoff") == 1
+    [kickoff_id] = crew_service.executions
+    assert crew_service.stops == [kickoff_id]  # nobody waits for it any more
+
+
+@pytest.mark.crew_service(stop_endpoint="absent")
+def test_a_timed_out_call_to_a_service_without_stop_says_the_execution_runs_on(crew_service, crew_agent):
+    crew_service.configure(speed=0.02)
+    with pytest.raises(CrewExecutionTimeoutError, match="may still be running"):
+        ask(crew_agent, timeout=2)
+    assert crew_service.stops == []
 
 
 def test_a_kickoff_whose_outcome_is_unknown_is_not_repeated(crew_service, crew_agent):
     crew_service.faults.drop_after(endpoint="kickoff")  # the service acts, then resets the connection
-    with pytest.raises(CrewAgentOutcomeUnknownError, match="not repeated"):
+    with pytest.raises(CrewAgentOutcomeUnknownError, match="not repeated") as caught:
         ask(crew_agent)
     assert crew_service.request_count("kickoff") == 1 and len(crew_service.executions) == 1
+    # Airflow does not retry the agent task either: its next try would ask the crew again.
+    assert isinstance(caught.value, AirflowFailException)
