@@ -140,7 +140,8 @@ class CrewRedirectError(CrewHTTPError, CrewConfigurationError):
 
 
 class CrewReviewTimeoutError(CrewError, AirflowFailException):
-    """Nobody answered a review request within ``response_timeout``; the execution stays paused.
+    """Nobody answered a review request within ``response_timeout``; the execution is stopped
+    (``stop_crew``, the default: nobody will answer it) or, with ``stop_crew=False``, stays paused.
 
     An AirflowFailException: the round fails without using its retries (the message says how to ask
     again).

@@ -77,9 +77,10 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param task_webhook_url: URL the service calls after each crew task (http or https).
     :param step_webhook_url: URL the service calls after each agent step.
     :param crew_webhook_url: URL the service calls when the execution completes.
-    :param human_input_webhook_url: URL where the service announces a pause for human input.
-        Without it, the connection's host is the URL. Crew tasks that ask for human input pause only
-        when the kickoff gives a human-input webhook; otherwise they run through.
+    :param human_input_webhook_url: URL where the service announces a pause for human input; needs
+        ``human_input_webhook_conn_id``. Without it, the connection's host is the URL. Crew tasks
+        that ask for human input pause only when the kickoff gives a human-input webhook; otherwise
+        they run through.
     :param human_input_webhook_conn_id: Connection holding the credential the service must send to
         the human-input webhook: password alone = bearer token; login and password = basic auth;
         extra ``{"strategy": "bearer"}`` or ``"basic"`` overrides that guess. Any connection type
@@ -107,19 +108,23 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
+        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
+        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
     :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
         or review task downstream counts its 404 grace period from then.
-    :xcom webhooks: The task, step and crew webhook URLs this kickoff gave (no credentials), for
-        ``CrewResumeOperator`` to send again at resume.
+    :xcom webhooks: ``{"kickoff_id", "task_webhook_url", "step_webhook_url", "crew_webhook_url"}``:
+        the webhook URLs this kickoff gave (no authentication settings), for ``CrewResumeOperator``
+        to send again at resume.
     :xcom result: When the wait ends with the execution finished: its final output, a ``dict``
         when the crew returns structured output (``result_json``), else a string; stored here only.
         ``None`` when the task ends at a pause or does not wait (not pushed: pulling it, or
         ``task.output["result"]``, gives ``None``).
-    :xcom human_input: When the wait ends at a pause (``on_human_input="return"``):
+    :xcom human_input: When the wait ends at a pause (``on_human_input="return"``, or ``"fail"``,
+        which pushes it before failing):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
         wait ends with the execution finished, or the task does not wait.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s

@@ -98,13 +98,15 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param max_poll_interval: Longest interval between status polls, in seconds.
     :param timeout: How long to wait, in seconds or as a timedelta.
     :param openlineage_include_values: With the OpenLineage provider installed, also send the output
-        to lineage backends. Off by default, since they may be private; the input names, the
-        state, the progress and the token usage are always sent (docs/lineage.md).
+        to lineage backends. Off by default, since it may be private; the state, the progress and the
+        token usage are always sent (docs/lineage.md).
     :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
+        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
+        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id.
@@ -113,7 +115,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :xcom result: When the wait ended with the execution finished: its final output; stored here
         only. ``None`` when the task ended at a pause or did not wait (not pushed: pulling it, or
         ``task.output["result"]``, gives ``None``).
-    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``):
+    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``, or ``"fail"``,
+        which pushes it before failing):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
         wait ended with the execution finished, or the task did not wait.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s

@@ -281,7 +281,8 @@ class RoundRecords:
 
 class CrewReviewAnswerTrigger(HITLTrigger):
     """
-    Wait for a review answer in the triggerer (Airflow 3.1-3.2; 3.3+ needs no trigger).
+    Wait for a review answer in the triggerer: every round's wait on Airflow 3.1-3.2; on 3.3+ only a
+    retried round's, which collects the answer to the request an earlier try wrote.
 
     Airflow's ``HITLTrigger``, holding the answer back until the task that deferred is surely gone.
 

@@ -105,7 +105,8 @@ def crew_human_review(
     :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
     :param notifiers: Notifiers called when a round writes its request.
     :param response_timeout: How long each round waits for an answer.
-    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer.
+    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer (needs a
+        ``response_timeout``).
     :param task_webhook_url: Task-completion webhook to send with every resume.
     :param step_webhook_url: Agent-step webhook to send with every resume.
     :param crew_webhook_url: Crew-completion webhook to send with every resume.

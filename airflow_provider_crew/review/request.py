@@ -35,6 +35,7 @@ def review_body(
     response_timeout: timedelta | None = None,
     approve_on_timeout: bool = False,
     retried: bool = False,
+    stops_crew: bool = False,
 ) -> str:
     """The Markdown the reviewer reads: why it asks, the output, inputs, progress, earlier rounds.
 
@@ -47,6 +48,8 @@ def review_body(
     :param response_timeout: How long the round waits for an answer (``None``: no limit).
     :param approve_on_timeout: Whether no answer within ``response_timeout`` approves.
     :param retried: Whether an earlier try of this round ended without an answer being applied.
+    :param stops_crew: Whether no answer within ``response_timeout`` stops the execution (``stop_crew``
+        and the connection's ``stop_executions``), or leaves it paused.
     """
     sections = [
         _header(kickoff_id, crew_task_name(status), round_number, total_rounds),
@@ -55,7 +58,7 @@ def review_body(
         _inputs(inputs),
         _progress(status),
         _earlier_rounds(earlier),
-        _how_to_answer(round_number, total_rounds, response_timeout, approve_on_timeout),
+        _how_to_answer(round_number, total_rounds, response_timeout, approve_on_timeout, stops_crew),
     ]
     return "\n".join(line for section in sections for line in section)
 
@@ -120,7 +123,11 @@ def _earlier_rounds(earlier: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _how_to_answer(
-    round_number: int, total_rounds: int, response_timeout: timedelta | None, approve_on_timeout: bool
+    round_number: int,
+    total_rounds: int,
+    response_timeout: timedelta | None,
+    approve_on_timeout: bool,
+    stops_crew: bool,
 ) -> list[str]:
     if round_number == total_rounds:
         request_changes = (
@@ -137,16 +144,18 @@ def _how_to_answer(
         "",
         f"- **{APPROVE}**: the crew continues (feedback optional, added as context).",
         request_changes,
-        f"- {_timeout_text(response_timeout, approve_on_timeout)}",
+        f"- {_timeout_text(response_timeout, approve_on_timeout, stops_crew)}",
     ]
 
 
-def _timeout_text(response_timeout: timedelta | None, approve_on_timeout: bool) -> str:
+def _timeout_text(response_timeout: timedelta | None, approve_on_timeout: bool, stops_crew: bool) -> str:
     if response_timeout is None:
         return "No time limit."
     within = duration_text(response_timeout)
     if approve_on_timeout:
         return f"Without an answer within {within}, the output is approved."
+    if stops_crew:
+        return f"Without an answer within {within}, this task fails and stops the crew execution."
     return f"Without an answer within {within}, this task fails and the crew execution stays paused."
 
 

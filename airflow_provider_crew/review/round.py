@@ -67,9 +67,11 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     :param subject: Headline of the request; ``{task}`` is replaced by the paused crew task.
     :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
     :param notifiers: Notifiers called when the request is written (``task.body`` is its text).
-    :param response_timeout: How long the round waits for an answer; then it fails and the
-        execution stays paused, unless ``approve_on_timeout``.
-    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer.
+    :param response_timeout: How long the round waits for an answer; then it fails and, unless
+        ``approve_on_timeout``, stops the execution (``stop_crew``, on by default: nobody will answer
+        it) or, with ``stop_crew=False``, leaves it paused.
+    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer (needs a
+        ``response_timeout``).
     :param task_webhook_url: Task-completion webhook to send with the resume.
     :param step_webhook_url: Agent-step webhook to send with the resume.
     :param crew_webhook_url: Crew-completion webhook to send with the resume.
@@ -79,8 +81,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         ``kickoff_id=kickoff.output`` when not given.
 
     :xcom return_value: This round's record (round, crew_task_id, crew_task, output, answer,
-        is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status or
-        note); none when the round is skipped.
+        is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status and
+        resume_message, or note); none when the round is skipped.
     :xcom kickoff_id: The execution under review.
     :xcom execution_url: The execution's page, when the connection has an execution page URL.
     :xcom review_request: The request this round wrote (round, kickoff_id, crew_task_id, crew_task,
@@ -250,7 +252,14 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             "crew_task": crew_task,
             "output": status.paused_task_output,
             "subject": f"{subject} (round {self.round_number} of {len(self.round_task_ids)})",
-            "body": self.review_body(kickoff_id, status, earlier, retried=try_number(context) > 1),
+            "body": self.review_body(
+                kickoff_id,
+                status,
+                earlier,
+                retried=try_number(context) > 1,
+                stops_crew=self._stops_crew()
+                and CrewHook(crew_conn_id=self.crew_conn_id).config.stop_executions,
+            ),
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=written)
         self.body = written["body"]
@@ -394,7 +403,13 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     # -- the request text -------------------------------------------------------------------------
 
     def review_body(
-        self, kickoff_id: str, status: CrewStatus, earlier: list[dict[str, Any]], *, retried: bool = False
+        self,
+        kickoff_id: str,
+        status: CrewStatus,
+        earlier: list[dict[str, Any]],
+        *,
+        retried: bool = False,
+        stops_crew: bool = False,
     ) -> str:
         """The Markdown the reviewer reads in this round (:func:`.request.review_body`).
 
@@ -402,6 +417,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         :param status: The status record of the pause.
         :param earlier: The records of the earlier rounds, in order.
         :param retried: Whether an earlier try of this round ended without an answer being applied.
+        :param stops_crew: Whether no answer within ``response_timeout`` stops the execution.
         """
         return request.review_body(
             kickoff_id,
@@ -413,6 +429,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             response_timeout=self.response_timeout,
             approve_on_timeout=self.approve_on_timeout,
             retried=retried,
+            stops_crew=stops_crew,
         )
 
 

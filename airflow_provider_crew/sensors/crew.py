@@ -75,7 +75,9 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter up
         to ``max_poll_interval`` (in poke and reschedule mode, the seconds between pokes). Airflow's
         ``poke_interval`` is another name for it here: give one of them.
-    :param max_poll_interval: Longest interval between status polls, in seconds.
+    :param max_poll_interval: Longest interval between status polls, in seconds (deferrable; in poke
+        and reschedule mode Airflow spaces the pokes ``poll_interval`` apart, growing them only with
+        its ``exponential_backoff``).
     :param timeout: How long to wait, in seconds or as a timedelta (Airflow's sensor ``timeout``).
         Passing it fails the task (``soft_fail`` skips it); the execution is stopped only with
         ``stop_crew=True``.
@@ -92,13 +94,16 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait.
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
+        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
+        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom result: When the execution finished: its final output, a ``dict`` for structured output;
         stored here only. ``None`` when the wait ended at a pause (not pushed: pulling it, or
         ``task.output["result"]``, gives ``None``).
-    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``):
+    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``, or ``"fail"``,
+        which pushes it before failing):
         ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
         execution finished.
     :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s

@@ -480,9 +480,11 @@ code disagree). Every name has one home: import it from the module shown.
 
 **The rules a DAG author learns once**
 
-- Every crew task returns the **kickoff id** of the execution it acted on, so
-  `kickoff_id=<any crew task>.output` works everywhere. What the crew produced is in named XComs:
-  `task.output["result"]` is the final output, `task.output["human_input"]` the paused task.
+- Every crew task that starts, watches or resumes an execution (the kickoff, `@task.crew`, the
+  sensor, the resume) returns its **kickoff id**, so `kickoff_id=<any of them>.output` works
+  everywhere; the review's tasks return what their own tables say. What the crew produced is in
+  named XComs: `task.output["result"]` is the final output, `task.output["human_input"]` the paused
+  task.
 - A task that waits ends when the execution finishes or, by default, pauses for human input
   (`on_human_input="return"`); `"fail"` fails it **without retry** at a pause (a retry would start
   another execution), `"wait"` waits on for someone to resume it. `wait_for_completion=False` returns
@@ -497,7 +499,7 @@ code disagree). Every name has one home: import it from the module shown.
   something other than the crew ends the wait: `execution_timeout`, the wait's `timeout`, a user
   marking the task failed or success or clearing it (`stop_crew`; a sensor only watches, so it stops
   only with `stop_crew=True`). A retry that reattaches, a triggerer restart and a task that did not
-  wait stop nothing.
+  wait stop nothing, nor does anything when the connection's `stop_executions` is off.
 """
 
 
@@ -543,7 +545,15 @@ def api_page() -> str:
     """docs/api.md: the shared vocabulary, then every public class and function with its tables."""
     tasks = [ref for ref in map(_ref_or_none, API_TASKS) if ref is not None]
     lines = [API_HEADER, "## The same words on every task", "", *_vocabulary_table(tasks), ""]
-    lines += ["## Return values and XCom keys", "", *_xcom_table(tasks[:3]), ""]
+    lines += [
+        "## Return values and XCom keys",
+        "",
+        "The Value column says it as the kickoff pushes it; each task's own table below says when that "
+        "task does.",
+        "",
+        *_xcom_table(tasks[:3]),
+        "",
+    ]
     lines += [
         "`crew_human_review` returns a `CrewReviewGroup`: `upstream >> review >> downstream` wires it "
         "like any task group; `review.output` is the result task's return value (the kickoff id) and "

@@ -133,6 +133,14 @@ def test_the_time_limit_is_said_as_a_person_would(response_timeout, approve_on_t
     assert text.splitlines()[-1].startswith(line)
 
 
+def test_a_time_limit_that_stops_the_crew_says_so():
+    text = body(response_timeout=timedelta(hours=1), stops_crew=True)
+    assert (
+        text.splitlines()[-1]
+        == "- Without an answer within 1 hour, this task fails and stops the crew execution."
+    )
+
+
 def test_body_fence_outlasts_backticks_in_the_output():
     assert "`````text\ncode: ````x````\n`````" in body(status=paused("code: ````x````"))
 

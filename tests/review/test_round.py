@@ -94,8 +94,9 @@ def round_operator(number: int = 1, **kwargs):
 
 
 @pytest.fixture
-def parked(monkeypatch):
+def parked(monkeypatch, crew_conn):
     """Record what would go to Airflow's human-in-the-loop API instead of needing a supervisor."""
+    crew_conn()  # the request says whether a time-out stops the execution: the connection's stop_executions
     calls: list[dict] = []
     monkeypatch.setattr(
         "airflow.sdk.execution_time.hitl.upsert_hitl_detail", lambda **kwargs: calls.append(kwargs)
@@ -274,6 +275,10 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
     assert request["options"] == ["Approve", "Request changes"]
     assert request["subject"] == "Review crew task draft_task (round 2 of 3)"
     assert OUTPUT in request["body"] and "1. Request changes by time-out default: Shorter" in request["body"]
+    # stop_crew and the connection's stop_executions are on by default: the reviewer is told so.
+    assert request["body"].endswith(
+        "Without an answer within 1 hour, this task fails and stops the crew execution."
+    )
     assert request["defaults"] is None  # no answer in time: the round fails, nothing is approved
     assert request["assigned_users"] == [{"id": "ana", "name": "Ana"}]
     assert "feedback" in request["params"]
@@ -289,7 +294,12 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
     notifier.assert_called_once()
     assert op.body == request["body"]  # notifiers can template this round's body
     assert waiting.value.method_name == "execute_review"
-    assert waiting.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID}
+    # The connection (no execution page template) is known: the execution URL rides along, None.
+    assert waiting.value.kwargs == {
+        "kickoff_id": KICKOFF_ID,
+        "crew_task_id": TASK_ID,
+        "crew_execution_url": None,
+    }
     if AIRFLOW_V_3_3_PLUS:
         assert waiting.value.timeout == timedelta(hours=1)
     else:
@@ -297,6 +307,14 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
         assert type(trigger).__name__ == "CrewReviewAnswerTrigger"
         assert trigger.timeout_datetime is not None
         assert trigger.serialize()[0] == "airflow_provider_crew.review.answer.CrewReviewAnswerTrigger"
+
+
+@needs_3_1
+def test_with_stop_crew_off_the_request_says_a_time_out_leaves_the_execution_paused(parked):
+    op = round_operator(response_timeout=timedelta(hours=1), stop_crew=False)
+    with pytest.raises(park_exception()):
+        op.execute_complete(context(FakeTI()), crew_event(paused_record()))
+    assert parked[0]["body"].endswith("this task fails and the crew execution stays paused.")
 
 
 @needs_3_1
@@ -647,7 +665,12 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
     assert trigger.ti_id == retry_ti.id
     assert trigger.not_before > time.time()  # held until the deferral is surely handled
     assert waiting.value.method_name == "execute_review"
-    assert waiting.value.kwargs == {"kickoff_id": KICKOFF_ID, "crew_task_id": TASK_ID}
+    # The connection (no execution page template) is known: the execution URL rides along, None.
+    assert waiting.value.kwargs == {
+        "kickoff_id": KICKOFF_ID,
+        "crew_task_id": TASK_ID,
+        "crew_execution_url": None,
+    }
     assert retry_ti.xcom["review_request"]["output"] == OUTPUT  # for the record execute_review builds
 
 
