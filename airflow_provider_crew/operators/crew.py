@@ -220,6 +220,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
                 "token (password) or login and password the service must send to it."
             )
+        if self.human_input_webhook_url and self.human_input_webhook_conn_id == DEFAULT_RECEIVER_CONN_ID:
+            raise CrewConfigurationError(
+                "human_input_webhook_url is set with human_input_webhook_conn_id="
+                f"{DEFAULT_RECEIVER_CONN_ID!r}: the webhook receiver builds each run's address itself. Leave "
+                "human_input_webhook_url out."
+            )
 
     def _check_inputs_against_crew(self, hook: CrewHook, inputs: Mapping[str, Any]) -> None:
         expected = hook.get_inputs()

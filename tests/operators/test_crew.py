@@ -57,6 +57,13 @@ def kickoff(**kwargs) -> CrewKickoffOperator:
             {"human_input_webhook_url": "mailto:x@y", "human_input_webhook_conn_id": "c"},
             "human_input_webhook_url must be",
         ),
+        (  # refused when the DAG is parsed, not after GET /inputs at task start
+            {
+                "human_input_webhook_url": "https://h.test/human",
+                "human_input_webhook_conn_id": "crew_webhook_receiver",
+            },
+            "the webhook receiver builds each run's address itself",
+        ),
         ({"poll_interval": 0}, "poll_interval must be greater than 0"),
         ({"poll_interval": -1}, "poll_interval must be greater than 0"),
         ({"max_poll_interval": "fast"}, "max_poll_interval must be a number of seconds"),
