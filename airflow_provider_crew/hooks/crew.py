@@ -56,10 +56,7 @@ STOP_PATIENCE_SECONDS = 15.0
 
 # What a kickoff's or resume's unknown outcome may mean; the errors say it, and that it was not repeated.
 KICKOFF_IF_UNKNOWN = "an execution may have started and may be running"
-# {execution_id}: the message names the execution, which the request's URL does not.
-RESUME_IF_UNKNOWN = (
-    "the feedback may have been applied to execution {execution_id}, which may then be running"
-)
+RESUME_IF_UNKNOWN = "the feedback may have been applied to execution {execution_id}, which may run again"
 
 
 class CrewHook(BaseHook):
@@ -409,9 +406,8 @@ class SharedConnection:
 
     conn_id: str
     config: CrewConnectionConfig
-    headers: dict[str, str] = field(
-        repr=False
-    )  # a status request's headers (the token), shared by every wait's requests
+    # A status request's headers, shared by every wait's requests; they hold the token: no repr.
+    headers: dict[str, str] = field(repr=False)
     expires: float  # loop.time()
 
 

@@ -51,9 +51,14 @@ def _map_index(raw: str) -> int:
 def _may_read_task_instances(user: Any, dag_id: str | None) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.models.dag import DagModel
 
+    # With the DAG's team, as Airflow's own routes ask (requires_access_dag): in a multi-team
+    # deployment an auth manager refuses another team's DAG only when it is told the team.
+    team_name = DagModel.get_team_name(dag_id) if dag_id else None
+    details = DagDetails(id=dag_id, team_name=team_name)
     return get_auth_manager().is_authorized_dag(
-        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user
+        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
     )
 
 

@@ -438,7 +438,7 @@ def test_resume_is_never_repeated_when_its_outcome_is_unknown(hook, requests_moc
     )
     with pytest.raises(
         CrewOutcomeUnknownError,
-        match=f"the feedback may have been applied to execution {KICKOFF_ID}, which may then be running",
+        match=f"the feedback may have been applied to execution {KICKOFF_ID}, which may run again",
     ):
         hook.resume(KICKOFF_ID, "review", "ok", True)
     assert requests_mock.call_count == 1

@@ -128,3 +128,25 @@ def test_the_tab_reads_at_the_waits_own_pace_which_grows_as_the_wait_does():
     assert data.wait_pace(2.0, 15.0, elapsed=2.5) == 3.0  # after one poll: half as long again
     assert data.wait_pace(2.0, 15.0, elapsed=600.0) == 15.0  # never past the longest
     assert data.wait_pace(5.0, 5.0, elapsed=600.0) == 5.0
+
+
+def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
+    """In a multi-team deployment a user of one team must not read another team's crews: Airflow's
+    auth managers refuse it only when they are told the DAG's team, as Airflow's own routes tell them."""
+    import inspect
+
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.models.dag import DagModel
+
+    from airflow_provider_crew.plugins import crew_views
+
+    if "teams" not in inspect.signature(SimpleAuthManagerUser).parameters:
+        pytest.skip("this Airflow's simple auth manager has no teams")
+    teams = {"dag_of_team_a": "team_a", "dag_of_team_b": "team_b"}
+    monkeypatch.setattr(DagModel, "get_team_name", staticmethod(lambda dag_id, **kwargs: teams.get(dag_id)))
+    monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: SimpleAuthManager())
+    alice = SimpleAuthManagerUser(username="alice", role="viewer", teams=["team_a"])
+
+    assert crew_views._may_read_task_instances(alice, "dag_of_team_a")
+    assert not crew_views._may_read_task_instances(alice, "dag_of_team_b")
