@@ -307,6 +307,26 @@ async def test_a_trigger_that_may_end_the_task_ends_it_at_once_with_the_workers_
 
 
 @pytest.mark.integration
+async def test_a_trigger_whose_xcom_push_fails_hands_the_end_to_a_worker(crew_service, connect, monkeypatch):
+    """A crashed trigger fails its task: a push refused by the triggerer's API must not fail a task
+    whose crew succeeded. The worker then ends it, with the event it would have had anyway."""
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+
+    async def refused(task_instance, xcoms):
+        raise RuntimeError("API_SERVER_ERROR: database is locked")
+
+    monkeypatch.setattr(trigger_module, "push_xcoms", refused)
+    trigger = make_trigger(kickoff_id)
+    trigger.ends_task_when_finished = True
+
+    (event,) = await events_of(trigger)
+
+    assert type(event).__name__ == "TriggerEvent"
+    assert CrewWaitEvent.parse(event.payload).outcome is Outcome.SUCCEEDED
+
+
+@pytest.mark.integration
 async def test_a_pause_ends_the_task_from_the_trigger_only_when_a_pause_is_a_success(
     crew_service, connect, pushed
 ):
