@@ -269,6 +269,8 @@ class CrewWaitMixin(CrewStopMixin):
 
         wake = self._webhook_wake(context, hook)
         ends_task = self._trigger_success_outcomes()
+        now = time.time()
+        not_before = now + deferral_settle_seconds()
         self.defer(  # type: ignore[attr-defined]
             trigger=CrewStatusTrigger(
                 kickoff_id=poller.kickoff_id,
@@ -279,7 +281,7 @@ class CrewWaitMixin(CrewStopMixin):
                 execution_seen=poller.execution_seen,
                 poll_interval=self.poll_interval,
                 max_poll_interval=self.max_poll_interval,
-                not_before=time.time() + deferral_settle_seconds(),
+                not_before=not_before,
                 safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
                 ends_task_when_finished=Outcome.SUCCEEDED.value in ends_task,
                 ends_task_when_paused=Outcome.PAUSED.value in ends_task,
@@ -289,9 +291,10 @@ class CrewWaitMixin(CrewStopMixin):
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
-            # A little past the trigger's own deadline: the trigger reports the time-out itself,
-            # with the last status it saw; this is the backstop if the triggerer is gone.
-            timeout=timedelta(seconds=max(0.0, poller.deadline - time.time()) + 60),
+            # A little past the trigger's own deadline, or its race hold when that ends later (a long
+            # [core] task_success_overtime): the trigger reports the time-out itself, with the last
+            # status it saw; this is the backstop if the triggerer is gone.
+            timeout=timedelta(seconds=max(0.0, max(poller.deadline, not_before) - now) + 60),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
@@ -300,14 +303,20 @@ class CrewWaitMixin(CrewStopMixin):
 
         Only where nothing needs a worker at a successful end: no ``on_success_callback`` (Airflow
         runs none for a task its trigger ends), no asset ``outlets``, no listener that wants to see the
-        task succeed (OpenLineage's COMPLETE event: listeners run in the worker) and not in
+        task succeed (OpenLineage's COMPLETE event: listeners run in the worker), no ``post_execute``
+        hook, ``do_xcom_push`` on (the worker leaves ``return_value`` out otherwise) and not in
         ``dag.test()`` (it runs triggers inline and keeps no XCom of theirs). A pause ends the task
         successfully only with ``on_human_input="return"``. Failures always go to a worker, so that
         retries, failure callbacks and the typed errors work as in a blocking wait.
         """
+        from airflow_provider_crew._compat import BaseOperator
+
         if (
             getattr(self, "on_success_callback", None)
             or getattr(self, "outlets", None)
+            or getattr(self, "_post_execute_hook", None)
+            or type(self).post_execute is not BaseOperator.post_execute  # type: ignore[attr-defined]
+            or not getattr(self, "do_xcom_push", True)
             or running_in_process_test()
             or task_success_listeners()
         ):

@@ -390,6 +390,17 @@ def test_the_trigger_ends_the_task_only_where_nothing_needs_a_worker_at_its_end(
     assert called_back._trigger_success_outcomes() == []  # Airflow runs no success callback for it
     with_outlets = CrewKickoffOperator(task_id="o", inputs={}, outlets=[Asset("s3://bucket/crew")])
     assert with_outlets._trigger_success_outcomes() == []
+    # The worker runs a post_execute hook after execute_complete, and leaves return_value out
+    # without do_xcom_push: a trigger ending the task would do neither.
+    hooked = CrewKickoffOperator(task_id="h", inputs={}, post_execute=lambda context, result: None)
+    assert hooked._trigger_success_outcomes() == []
+
+    class Audited(CrewKickoffOperator):
+        def post_execute(self, context, result=None):
+            pass
+
+    assert Audited(task_id="a", inputs={})._trigger_success_outcomes() == []
+    assert CrewKickoffOperator(task_id="x", inputs={}, do_xcom_push=False)._trigger_success_outcomes() == []
     if AIRFLOW_V_3_1_PLUS:  # the review needs human-in-the-loop
         review = {"kickoff_id": "k", "round_task_ids": ["round_1"]}
         assert (

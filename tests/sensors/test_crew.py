@@ -197,6 +197,22 @@ def test_a_deferred_sensor_hands_the_kickoff_based_grace_to_the_trigger(crew_con
     assert kwargs["not_found_deadline"] == pytest.approx(record["epoch_seconds"] + 30)
 
 
+def test_the_deferrals_timeout_outlasts_the_race_hold_of_a_long_task_success_overtime(
+    crew_connection, monkeypatch
+):
+    """A held event must reach its task: Airflow's own deferral timeout, fired before the hold ends,
+    would end the task as a bare time-out, without the typed result or the stop."""
+    from airflow_provider_crew.waiting import task as task_module
+
+    monkeypatch.setattr(task_module, "deferral_settle_seconds", lambda: 140.0)  # task_success_overtime 120
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, timeout=30, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({"ti": FakeTI()})
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert deferred.value.timeout.total_seconds() >= kwargs["not_before"] - time.time() + 59
+    assert kwargs["deadline"] < kwargs["not_before"]
+
+
 def test_in_reschedule_mode_the_grace_counts_from_the_first_poke_not_from_each_reschedule(crew_connection):
     # No kickoff time known. Each reschedule restarts the task with a new start date; the grace must not.
     sensor = CrewStatusSensor(
