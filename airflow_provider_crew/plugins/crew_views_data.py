@@ -1,9 +1,10 @@
 """What the Crew tab and the Crews page show, read from Airflow's metadata database in the api-server.
 
 The Crew tab of a finished task instance reads only what its XComs hold. While the task runs, the
-tab reads the execution's status from the crew service, at most once per :data:`MIN_REFRESH_SECONDS`
-per execution in this api-server process, with the connection and poll pace the task's serialized
-form carries (``CrewWaitMixin.get_serialized_fields``). When the service cannot be read, the tab
+tab reads the execution's status from the crew service (:mod:`.crew_views_live`: at most once per
+``MIN_REFRESH_SECONDS`` per execution in this api-server process), with the connection and poll pace
+the task's serialized form carries (``CrewWaitMixin.get_serialized_fields``). When the service
+cannot be read, the tab
 shows the last status this process read, or the XComs, and says the service is unreachable.
 
 The Crews page reads task instances and their small XComs (``kickoff_id``, ``return_value``,
@@ -13,13 +14,14 @@ synchronous database work: the app (:mod:`.crew_views`) runs it in threads.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
+from airflow_provider_crew.plugins.crew_views_live import LIVE, MIN_REFRESH_SECONDS
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_RESULT, XCOM_STATUS, XCOM_USAGE
 
@@ -34,10 +36,6 @@ CREW_OPERATORS = (
 )
 CREW_DECORATOR = "@task.crew"
 REVIEW_ROUND = "CrewReviewRoundOperator"
-#: The tab never reads a service more often than this, whatever the wait's pace.
-MIN_REFRESH_SECONDS = 2.0
-#: How long one status read from the api-server may take, retries included.
-SERVICE_READ_SECONDS = 5.0
 #: Characters of a finished execution's output the tab shows.
 OUTPUT_HEAD_CHARS = 2000
 LIVE_STATES = frozenset(
@@ -59,6 +57,12 @@ PAGE_XCOM_KEYS = ("return_value", "kickoff_id", XCOM_USAGE, XCOM_HUMAN_INPUT)
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _web_address(value: Any) -> str | None:
+    """An http(s) URL, else None: a ``javascript:`` one (XCom is writable by REST) would run in the UI."""
+    text = _text(value)
+    return text if text and urlsplit(text).scheme in ("http", "https") else None
 
 
 def _word(state: Any) -> str | None:
@@ -156,49 +160,6 @@ def wait_pace(first: float, longest: float, elapsed: float) -> float:
     return interval
 
 
-# -- live status reads, shared by every viewer of an execution in this process ------------------------
-
-
-class LiveStatuses:
-    """The last status read per (connection, execution); a read at most every ``min_age`` seconds."""
-
-    def __init__(self, min_age: float = MIN_REFRESH_SECONDS) -> None:
-        self.min_age = min_age
-        self._lock = threading.Lock()
-        self._last: dict[tuple[str, str], tuple[float, CrewStatus | None, str | None]] = {}
-
-    def read(self, conn_id: str, kickoff_id: str) -> tuple[CrewStatus | None, str | None, float | None]:
-        """(the newest status known, why the service could not be read now or None, its age in s)."""
-        key = (conn_id, kickoff_id)
-        with self._lock:
-            read_at, status, problem = self._last.get(key, (0.0, None, None))
-            fresh = time.monotonic() - read_at < self.min_age
-        if not fresh:
-            status, problem = self._read(conn_id, kickoff_id, status)
-            read_at = time.monotonic()
-            with self._lock:
-                if len(self._last) > 10_000:
-                    self._last.clear()
-                self._last[key] = (read_at, status, problem)
-        return status, problem, time.monotonic() - read_at
-
-    @staticmethod
-    def _read(conn_id: str, kickoff_id: str, last: CrewStatus | None) -> tuple[CrewStatus | None, str | None]:
-        from airflow_provider_crew.exceptions import CrewError
-        from airflow_provider_crew.hooks.crew import CrewHook
-
-        try:
-            hook = CrewHook(crew_conn_id=conn_id, retry_limit=0)
-            return hook.get_status(kickoff_id, deadline=time.time() + SERVICE_READ_SECONDS), None
-        except CrewError as error:  # the message names no secret: the client's errors never carry one
-            return last, f"The crew service could not be read: {error}"
-        except Exception as error:  # a connection the api-server cannot look up, among others
-            return last, f"The crew service could not be read ({type(error).__name__})."
-
-
-LIVE = LiveStatuses()
-
-
 # -- the Crew tab ---------------------------------------------------------------------------------
 
 
@@ -286,7 +247,7 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
     shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
     view.update(
         kickoff_id=kickoff_id,
-        execution_url=_text(xcoms.get("execution_url")),
+        execution_url=_web_address(xcoms.get("execution_url")),
         live=live,
         source=source,
         service_problem=problem,

@@ -15,6 +15,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.plugins import crew as crew_plugin
 from airflow_provider_crew.plugins import crew_views_data as data
+from airflow_provider_crew.plugins import crew_views_live as live_module
 
 
 def test_the_plugin_shows_the_tab_and_the_page_where_airflow_has_plugin_views():
@@ -107,7 +108,7 @@ def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_go
     crew_service, crew_connection
 ):
     kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x", "current_year": "2026"})
-    live = data.LiveStatuses(min_age=60.0)
+    live = live_module.LiveStatuses(min_age=60.0)
     reads = crew_service.counters["requests"]["status"]
     first, problem, _ = live.read(crew_connection, kickoff_id)
     assert first is not None and problem is None
@@ -115,12 +116,27 @@ def test_live_reads_are_shared_and_keep_the_last_known_state_when_the_service_go
     assert again is first and problem is None and age is not None
     assert crew_service.counters["requests"]["status"] == reads + 1
     crew_service.stop()
-    stale = data.LiveStatuses(min_age=0.0)
+    stale = live_module.LiveStatuses(min_age=0.0)
     stale._last[(crew_connection, kickoff_id)] = (0.0, first, None)
     known, problem, _ = stale.read(crew_connection, kickoff_id)
     assert known is first, "the last known state is kept"
     assert problem is not None and "could not be read" in problem
     assert crew_service.token("org") not in problem
+
+
+@pytest.mark.crew_service(speed=0.05)
+def test_viewers_who_ask_while_a_read_is_under_way_share_it(crew_service, crew_connection):
+    """A slow service must not take one read per open tab: who asks meanwhile takes that read's answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    kickoff_id = CrewHook(crew_conn_id=crew_connection).kickoff({"topic": "x", "current_year": "2026"})
+    crew_service.faults.latency(1.0, endpoint="status")
+    live = live_module.LiveStatuses(min_age=60.0)
+    reads = crew_service.counters["requests"]["status"]
+    with ThreadPoolExecutor(max_workers=20) as viewers:
+        seen = list(viewers.map(lambda _: live.read(crew_connection, kickoff_id)[0], range(20)))
+    assert crew_service.counters["requests"]["status"] == reads + 1
+    assert all(status is seen[0] and status is not None for status in seen)
 
 
 def test_the_tab_reads_at_the_waits_own_pace_which_grows_as_the_wait_does():
@@ -150,3 +166,16 @@ def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
 
     assert crew_views._may_read_task_instances(alice, "dag_of_team_a")
     assert not crew_views._may_read_task_instances(alice, "dag_of_team_b")
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("https://crews.example.com/executions/k-1", "https://crews.example.com/executions/k-1"),
+        ("javascript:alert(document.cookie)", None),  # XCom is writable through the REST API
+        ("data:text/html,<script>1</script>", None),
+        (42, None),
+    ],
+)
+def test_only_a_web_address_becomes_the_execution_page_link(stored, shown):
+    assert data._web_address(stored) == shown

@@ -132,7 +132,7 @@ class SyncTransport:
                     url,
                     headers=call.headers,
                     json=call.body,
-                    timeout=(limits.connect_timeout, min(limits.read_timeout, left)),
+                    timeout=(min(limits.connect_timeout, left), min(limits.read_timeout, left)),
                     verify=limits.verify_tls,
                     stream=True,
                     allow_redirects=False,
