@@ -336,14 +336,26 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
         .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
         .where(crew, window)
     )
-    xcom_query = select(
-        XComModel.dag_id,
-        XComModel.run_id,
-        XComModel.task_id,
-        XComModel.map_index,
-        XComModel.key,
-        XComModel.value,
-    ).where(XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
+    # The crew tasks' XComs only: joined to their task instances, so that no other task's return_value
+    # in the window is read (every DAG's, for a 90-day window).
+    xcom_query = (
+        select(
+            XComModel.dag_id,
+            XComModel.run_id,
+            XComModel.task_id,
+            XComModel.map_index,
+            XComModel.key,
+            XComModel.value,
+        )
+        .join(
+            TI,
+            (TI.dag_id == XComModel.dag_id)
+            & (TI.run_id == XComModel.run_id)
+            & (TI.task_id == XComModel.task_id)
+            & (TI.map_index == XComModel.map_index),
+        )
+        .where(crew, XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
+    )
     if dag_ids is not None:
         query = query.where(TI.dag_id.in_(dag_ids))
         xcom_query = xcom_query.where(XComModel.dag_id.in_(dag_ids))
