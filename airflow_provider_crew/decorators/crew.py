@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from airflow.sdk.bases.decorator import TaskDecorator
 
 DECORATOR = "@task.crew"
+# The next_kwargs key that carries the function's inputs through a deferral.
+INPUTS_KWARG = "crew_inputs"
 
 
 class _CrewDecoratedOperator(DecoratedOperator, CrewKickoffOperator):
@@ -88,6 +90,22 @@ class _CrewDecoratedOperator(DecoratedOperator, CrewKickoffOperator):
             )
         self.inputs = dict(returned)
         return CrewKickoffOperator.execute(self, context)
+
+    def _resume_kwargs(self, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The function's inputs ride through a deferral: a worker that resumes the task rebuilds it
+        without them, and OpenLineage's events always name them. Their values only when the lineage
+        asks for them (``openlineage_include_values``): they may be private."""
+        carried = super()._resume_kwargs(kwargs)
+        if isinstance(self.inputs, Mapping):
+            keep = self.openlineage_include_values
+            carried[INPUTS_KWARG] = {name: value if keep else None for name, value in self.inputs.items()}
+        return carried
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        if next_kwargs and INPUTS_KWARG in next_kwargs:
+            next_kwargs = dict(next_kwargs)
+            self.inputs = next_kwargs.pop(INPUTS_KWARG)
+        return super().resume_execution(next_method, next_kwargs, context)
 
 
 def check_decorator_arguments(kwargs: Mapping[str, Any]) -> None:

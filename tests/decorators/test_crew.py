@@ -163,6 +163,28 @@ def test_a_deferred_task_resumes_as_the_kickoff_operator_does_without_calling_th
     assert ti.xcom["result"] == "out" and called == []
 
 
+@pytest.mark.parametrize("include_values", [False, True])
+def test_a_deferred_task_carries_its_inputs_for_the_lineage_of_the_worker_that_resumes_it(include_values):
+    """The worker that resumes a deferred task rebuilds it without the function's inputs; OpenLineage's
+    COMPLETE event must still name them (their values only when asked)."""
+    deferred = build(openlineage_include_values=include_values).operator
+    deferred.inputs = {"topic": "tides", "current_year": "2026"}
+    carried = deferred._resume_kwargs({"kickoff_id": KICKOFF_ID})
+    expected = (
+        {"topic": "tides", "current_year": "2026"}
+        if include_values
+        else {"topic": None, "current_year": None}
+    )
+    assert carried["crew_inputs"] == expected
+
+    resumed = build(openlineage_include_values=include_values).operator
+    seen = {}
+    resumed.execute_complete = lambda context, event=None, **kwargs: seen.update(kwargs) or KICKOFF_ID
+    resumed.resume_execution("execute_complete", carried, {"ti": FakeTI()})
+    assert resumed._lineage_inputs() == expected
+    assert "crew_inputs" not in seen  # taken out before execute_complete is called
+
+
 def test_importing_the_tasks_does_not_import_the_decorator_and_the_decorator_is_cheap():
     code = (
         "import sys, airflow_provider_crew.operators.crew, airflow_provider_crew.sensors.crew; "
