@@ -121,7 +121,7 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
     freeze = args.variant.endswith("-f")
     kind, _, without = args.variant.removesuffix("-f").partition("-no")
     if kind in ("crew", "wake"):
-        from airflow_provider_crew.hooks import crew as hook_module
+        from airflow_provider_crew.hooks import loop_connection
         from airflow_provider_crew.triggers import crew as module
 
         # Ablations, to see what a piece earns: "-nopace" polls first when the jitter says, without
@@ -130,7 +130,7 @@ async def _child(args: argparse.Namespace) -> dict[str, Any]:
         if without == "pace":
             module.FirstPollPacer.delay = lambda self, wanted, now: wanted  # type: ignore[method-assign]
         elif without == "cache":
-            hook_module.CONNECTION_TTL_SECONDS = 0.0
+            loop_connection.CONNECTION_TTL_SECONDS = 0.0
 
         # "wake": the wait as webhook wake defers it: a first look, then a safety poll every 300 s.
         safety = 300.0 if kind == "wake" else 0.0

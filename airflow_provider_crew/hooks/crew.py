@@ -6,8 +6,8 @@ and sends the contract's calls through the client under it (:mod:`.client`): the
 and read into the contract's models or a typed error (:mod:`.client.response`).
 
 A triggerer may hold thousands of waits in one event loop. Their async reads share, per loop, the
-connection looked up for a connection id (again after :data:`CONNECTION_TTL_SECONDS`), the status
-requests' headers and one aiohttp session.
+connection looked up for a connection id (:mod:`.loop_connection`), the status requests' headers and
+one aiohttp session.
 
 The client, the contract's models and the connection's validation are imported where a request is
 made, not with this module: a DAG file imports the hook with the operators and never sends one.
@@ -15,15 +15,12 @@ made, not with this module: a DAG file imports the hook with the operators and n
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook, aget_connection
+from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
 from airflow_provider_crew.connection_form import (
     CONN_TYPE,
     TOKEN_LABEL,
@@ -35,6 +32,7 @@ from airflow_provider_crew.exceptions import (
     CrewError,
     CrewTransportError,
 )
+from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection
 
 if TYPE_CHECKING:
     import requests
@@ -45,10 +43,6 @@ if TYPE_CHECKING:
     from airflow_provider_crew.hooks.client.response import Response
     from airflow_provider_crew.models import HumanInputWebhook, KickoffResponse, ResumeResult, StopResult
     from airflow_provider_crew.status import CrewStatus
-
-# How long a connection looked up for the waits of an event loop is used before it is looked up
-# again: a rotated token or a moved service is picked up within this long.
-CONNECTION_TTL_SECONDS = 60.0
 
 # How long a stop may take, retries included: it runs while Airflow kills the task (on_kill) or
 # cancels its trigger, which wait for it only so long.
@@ -264,11 +258,22 @@ class CrewHook(BaseHook):
 
         Every wait in the event loop shares the connection, the requests' headers and the session.
         """
+        shared = await shared_connection(self.crew_conn_id)
+        try:
+            return await self._aread_status(shared, kickoff_id, deadline)
+        except CrewAuthenticationError:  # a token rotated within the loop's TTL: look it up again, once
+            fresh = await shared_connection(self.crew_conn_id, stale=shared)
+            if fresh.config.token == shared.config.token:
+                raise
+            return await self._aread_status(fresh, kickoff_id, deadline)
+
+    async def _aread_status(
+        self, shared: SharedConnection, kickoff_id: str, deadline: float | None
+    ) -> CrewStatus:
         from airflow_provider_crew.hooks.client.request import StatusRead
         from airflow_provider_crew.hooks.client.response import read_get_answer
         from airflow_provider_crew.status import CrewStatus
 
-        shared = await shared_connection(self.crew_conn_id)
         config = self._with_overrides(shared.config)
         read = StatusRead(config, shared.headers, kickoff_id)
         for call, style, last in read.calls():
@@ -395,73 +400,6 @@ class CrewHook(BaseHook):
             f"OK: the crew at {config.base_url} expects inputs {inputs} "
             f"({config.credential_kind.value} token)."
         )
-
-
-# -- the connection shared by the waits of one event loop ------------------------------------------------
-
-
-@dataclass(slots=True)
-class SharedConnection:
-    """A connection's settings as every wait in one event loop uses them, until ``expires``."""
-
-    conn_id: str
-    config: CrewConnectionConfig
-    # A status request's headers, shared by every wait's requests; they hold the token: no repr.
-    headers: dict[str, str] = field(repr=False)
-    expires: float  # loop.time()
-
-
-# Per event loop (the triggerer runs one): conn_id -> the connection, or the lookup in flight.
-_loop_connections: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[str, SharedConnection | asyncio.Task[SharedConnection]]
-] = weakref.WeakKeyDictionary()
-
-
-async def shared_connection(conn_id: str, *, ttl: float | None = None) -> SharedConnection:
-    """``conn_id`` looked up once per event loop and ``ttl`` seconds, for every wait that uses it.
-
-    Waits that ask while a lookup is in flight share it; a failed lookup is not kept (the next
-    call looks up again). The lookup does not block the loop (Airflow's async connection lookup).
-
-    :param conn_id: The ``crew`` connection.
-    :param ttl: Seconds the lookup is used; :data:`CONNECTION_TTL_SECONDS` by default.
-    """
-    loop = asyncio.get_running_loop()
-    connections = _loop_connections.get(loop)
-    if connections is None:
-        connections = _loop_connections[loop] = {}
-    entry = connections.get(conn_id)
-    if isinstance(entry, SharedConnection) and entry.expires > loop.time():
-        return entry
-    if not isinstance(entry, asyncio.Task):
-        lifetime = CONNECTION_TTL_SECONDS if ttl is None else ttl
-        entry = loop.create_task(_look_up(conn_id, lifetime, connections))
-        connections[conn_id] = entry
-    # shield: a wait cancelled meanwhile does not cancel the lookup the other waits share.
-    return await asyncio.shield(entry)
-
-
-async def _look_up(
-    conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
-) -> SharedConnection:
-    from airflow_provider_crew.connection import config_from_connection, missing_connection
-    from airflow_provider_crew.hooks.client.request import request_headers
-
-    this = asyncio.current_task()
-    try:
-        try:
-            connection = await aget_connection(conn_id)
-        except AirflowNotFoundException:
-            raise missing_connection(conn_id) from None
-        config = config_from_connection(connection, conn_id)
-    except BaseException:
-        if connections.get(conn_id) is this:
-            del connections[conn_id]
-        raise
-    loop_time = asyncio.get_running_loop().time()
-    shared = SharedConnection(conn_id, config, request_headers(config), loop_time + ttl)
-    connections[conn_id] = shared
-    return shared
 
 
 __all__ = ["CrewHook"]

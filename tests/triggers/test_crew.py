@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.hooks import crew as hook_module
+from airflow_provider_crew.hooks import loop_connection
 from airflow_provider_crew.hooks.client.request import status_call
 from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
@@ -713,14 +713,14 @@ async def test_waits_started_together_do_not_poll_together(monkeypatch):
 def lookups(monkeypatch) -> list[str]:
     """Every connection lookup the shared cache makes (a spy on its ``aget_connection``)."""
     seen: list[str] = []
-    original = hook_module.aget_connection
+    original = loop_connection.aget_connection
 
     async def counting(conn_id):
         seen.append(conn_id)
         await asyncio.sleep(0.01)  # long enough for other waits to ask meanwhile
         return await original(conn_id)
 
-    monkeypatch.setattr(hook_module, "aget_connection", counting)
+    monkeypatch.setattr(loop_connection, "aget_connection", counting)
     return seen
 
 
@@ -735,9 +735,9 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
     _conn_env(monkeypatch, "crew_shared", "https://crew.example", "token-1")
     _conn_env(monkeypatch, "crew_other", "https://other.example", "token-2")
 
-    first = await asyncio.gather(*(hook_module.shared_connection("crew_shared") for _ in range(50)))
-    again = await hook_module.shared_connection("crew_shared")
-    other = await hook_module.shared_connection("crew_other")
+    first = await asyncio.gather(*(loop_connection.shared_connection("crew_shared") for _ in range(50)))
+    again = await loop_connection.shared_connection("crew_shared")
+    other = await loop_connection.shared_connection("crew_other")
 
     assert lookups == ["crew_shared", "crew_other"]
     assert all(c is first[0] for c in [*first, again])
@@ -751,26 +751,52 @@ async def test_waits_in_one_loop_share_one_connection_lookup(monkeypatch, lookup
 
 async def test_a_rotated_token_is_picked_up_once_the_lookup_expires(monkeypatch, lookups):
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "old-token")
-    before = await hook_module.shared_connection("crew_rotating", ttl=0.2)
+    before = await loop_connection.shared_connection("crew_rotating", ttl=0.2)
     _conn_env(monkeypatch, "crew_rotating", "https://crew.example", "new-token")
 
-    assert (await hook_module.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
+    assert (await loop_connection.shared_connection("crew_rotating", ttl=0.2)).config.token == "old-token"
     await asyncio.sleep(0.25)
-    after = await hook_module.shared_connection("crew_rotating", ttl=0.2)
+    after = await loop_connection.shared_connection("crew_rotating", ttl=0.2)
 
     assert before.config.token == "old-token" and after.config.token == "new-token"
     assert lookups == ["crew_rotating", "crew_rotating"]
 
 
+@pytest.mark.integration
+async def test_a_token_rotated_within_the_lookups_lifetime_is_picked_up_at_its_first_refusal(
+    crew_service, connect, lookups
+):
+    """Rotate the token in the connection, revoke the old one at once: the waits of the loop must not
+    fail for the minute their lookup is kept. The first 401 looks the connection up again, once for all."""
+    from airflow_provider_crew.exceptions import CrewAuthenticationError
+
+    connect()
+    kickoff_id = CrewHook().kickoff(RESEARCH_INPUTS)
+    connect("crew_rotated", password=WRONG_TOKEN)  # the old token, which the service no longer takes
+    stale = await loop_connection.shared_connection("crew_rotated")
+    connect("crew_rotated")  # the connection now holds the new token
+    try:
+        statuses = await asyncio.gather(*(CrewHook("crew_rotated").aget_status(kickoff_id) for _ in range(5)))
+        assert all(status.state is not None for status in statuses)
+        assert stale.config.token == WRONG_TOKEN and lookups == ["crew_rotated", "crew_rotated"]
+
+        connect("crew_revoked", password=WRONG_TOKEN)  # the connection still holds it: the refusal stands
+        with pytest.raises(CrewAuthenticationError):
+            await CrewHook("crew_revoked").aget_status(kickoff_id)
+        assert lookups.count("crew_revoked") == 2  # looked up again once, found the same token
+    finally:
+        await close_shared_sessions()
+
+
 async def test_a_failed_lookup_is_not_kept(monkeypatch, lookups):
     monkeypatch.delenv("AIRFLOW_CONN_CREW_LATE", raising=False)
     results = await asyncio.gather(
-        *(hook_module.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
+        *(loop_connection.shared_connection("crew_late") for _ in range(5)), return_exceptions=True
     )
     assert all(isinstance(r, CrewConfigurationError) for r in results)
 
     _conn_env(monkeypatch, "crew_late", "https://crew.example", "token")
-    assert (await hook_module.shared_connection("crew_late")).config.token == "token"
+    assert (await loop_connection.shared_connection("crew_late")).config.token == "token"
     assert lookups == ["crew_late", "crew_late"]  # one for the five waiting together, one after
 
 
