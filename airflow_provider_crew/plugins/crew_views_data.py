@@ -198,13 +198,7 @@ def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, 
 
     query = (
         select(XComModel.task_id, XComModel.map_index, XComModel.value)
-        .join(
-            TI,
-            (TI.dag_id == XComModel.dag_id)
-            & (TI.run_id == XComModel.run_id)
-            & (TI.task_id == XComModel.task_id)
-            & (TI.map_index == XComModel.map_index),
-        )
+        .join(TI, _pushed_by(TI, XComModel))
         .where(XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id)
         .where(XComModel.key == "review_request", TI.operator == REVIEW_ROUND)
     )
@@ -311,6 +305,16 @@ def _rendered_kickoff_id(session: Any, ti: Any) -> str | None:
 # -- the Crews page -------------------------------------------------------------------------------
 
 
+def _pushed_by(TI: Any, XComModel: Any) -> Any:
+    """An XCom joined to the task instance that pushed it (Airflow's unique index on the four)."""
+    return (
+        (TI.dag_id == XComModel.dag_id)
+        & (TI.run_id == XComModel.run_id)
+        & (TI.task_id == XComModel.task_id)
+        & (TI.map_index == XComModel.map_index)
+    )
+
+
 def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[tuple, dict[str, Any]]]:
     """The crew task instances started since ``since`` (with their run's state), and their small XComs."""
     from airflow.models.dagrun import DagRun
@@ -347,13 +351,7 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
             XComModel.key,
             XComModel.value,
         )
-        .join(
-            TI,
-            (TI.dag_id == XComModel.dag_id)
-            & (TI.run_id == XComModel.run_id)
-            & (TI.task_id == XComModel.task_id)
-            & (TI.map_index == XComModel.map_index),
-        )
+        .join(TI, _pushed_by(TI, XComModel))
         .where(crew, XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
     )
     if dag_ids is not None:
