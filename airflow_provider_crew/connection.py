@@ -387,6 +387,20 @@ def config_from_connection(
         raise CrewConfigurationError(str(error)) from None
 
 
+def unread_extras(connection: Any) -> str | None:
+    """The extras of ``connection`` a ``crew`` connection does not read, each with the name it may be a
+    misspelling of (``read_timout`` is ignored, and its default used, without a word otherwise)."""
+    import difflib
+
+    known = [*CONN_FIELDS, "token"]
+    unread = []
+    for key in extra_as_dict(connection.extra, invalid=""):
+        if key.removeprefix(_PREFIX) not in known:
+            close = difflib.get_close_matches(key.removeprefix(_PREFIX), known, n=1)
+            unread.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"Extras the crew provider does not read: {', '.join(unread)}." if unread else None
+
+
 def missing_connection(conn_id: str) -> CrewConfigurationError:
     """The error for a connection not defined where this runs, with the ways to define it."""
     from airflow_provider_crew.exceptions import CrewConfigurationError
@@ -405,4 +419,5 @@ __all__ = [
     "extra_as_dict",
     "missing_connection",
     "normalise_base_url",
+    "unread_extras",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 
 import pytest
@@ -297,6 +298,36 @@ def test_airflows_test_action_with_a_good_token(crew_service, monkeypatch, host,
         f"OK: the crew at {crew_service.base_url} expects inputs ['topic', 'current_year'] (user token).",
     )
     assert crew_service.request_count("kickoff") == 0
+
+
+@pytest.mark.integration
+def test_the_test_action_and_the_task_name_an_extra_the_provider_does_not_read(
+    crew_service, monkeypatch, caplog
+):
+    """A misspelt extra is ignored and its default used: say so where the user looks."""
+    extra = json.dumps({"read_timout": 5, "extra__crew__verify_tls": True, "colour": "blue"})
+    ok, message = airflow_test_action(
+        monkeypatch, host=crew_service.base_url, port=None, password=crew_service.user_token, extra=extra
+    )
+    assert ok and message.endswith(
+        "Extras the crew provider does not read: 'read_timout' (did you mean 'read_timeout'?), 'colour'."
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_TYPO",
+        json.dumps(
+            {
+                "conn_type": "crew",
+                "host": crew_service.base_url,
+                "password": "tok-12345",
+                "extra": {"read_timout": 5},
+            }
+        ),
+    )
+    # Airflow's task logger does not reach caplog: read the hook's lines from a plain logger.
+    monkeypatch.setattr(CrewHook, "log", property(lambda self: logging.getLogger("tests.connection")))
+    with caplog.at_level("WARNING", logger="tests.connection"):
+        assert CrewHook("crew_typo").config.read_timeout == 60  # the default: the extra was not read
+    assert "Connection 'crew_typo': Extras the crew provider does not read: 'read_timout'" in caplog.text
 
 
 @pytest.mark.integration

@@ -97,13 +97,16 @@ class CrewHook(BaseHook):
     @cached_property
     def config(self) -> CrewConnectionConfig:
         """The validated connection settings (looked up once per hook)."""
-        from airflow_provider_crew.connection import config_from_connection, missing_connection
+        from airflow_provider_crew.connection import config_from_connection, missing_connection, unread_extras
 
         try:
             connection = self.get_connection(self.crew_conn_id)
         except AirflowNotFoundException:
             raise missing_connection(self.crew_conn_id) from None
-        return self._with_overrides(config_from_connection(connection, self.crew_conn_id))
+        config = config_from_connection(connection, self.crew_conn_id)
+        if unread := unread_extras(connection):
+            self.log.warning("Connection %r: %s", self.crew_conn_id, unread)
+        return self._with_overrides(config)
 
     async def aget_config(self) -> CrewConnectionConfig:
         """The same settings, looked up without blocking the event loop (shared by the loop's waits)."""
@@ -370,7 +373,7 @@ class CrewHook(BaseHook):
 
         :return: (success, message for the person who clicked Test).
         """
-        from airflow_provider_crew.connection import config_from_connection, missing_connection
+        from airflow_provider_crew.connection import config_from_connection, missing_connection, unread_extras
         from airflow_provider_crew.hooks.client.request import get_call
 
         try:
@@ -396,9 +399,10 @@ class CrewHook(BaseHook):
             )
         except CrewError as error:
             return False, f"The crew at {config.base_url} answered GET / but GET /inputs failed: {error}"
+        unread = unread_extras(connection)
         return True, (
             f"OK: the crew at {config.base_url} expects inputs {inputs} "
-            f"({config.credential_kind.value} token)."
+            f"({config.credential_kind.value} token).{' ' + unread if unread else ''}"
         )
 
 
