@@ -43,6 +43,7 @@ from airflow_provider_crew.waiting.task import (
     XCOM_WEBHOOKS,
     CrewWaitMixin,
     default_deferrable,
+    epoch_seconds,
     kicked_off_at_record,
 )
 from airflow_provider_crew.waiting.task_stop import checked_stop_crew
@@ -402,7 +403,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             # Published again as kicked_off_at (a new try starts with no XCom): waits downstream count
             # their 404 grace from the kickoff. A record of 1.0 has no time; its claim, written just
             # before the POST, has.
-            self._kicked_off_at = _epoch_seconds(previous) or _epoch_seconds(claim)
+            self._kicked_off_at = epoch_seconds(previous) or epoch_seconds(claim)
             try:
                 state: CrewState | None = hook.get_status(kickoff_id).state
             except CrewNotFoundError:
@@ -453,11 +454,6 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 )
                 time.sleep(pause)
                 pause = min(pause * 2, 15.0)
-
-
-def _epoch_seconds(record: Any) -> float | None:
-    value = record.get("epoch_seconds") if isinstance(record, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 __all__ = ["CrewKickoffOperator"]

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_provider_crew._compat import conf, running_in_process_test, task_success_listeners
+from airflow_provider_crew._compat import BaseOperator, conf, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
@@ -92,14 +92,18 @@ def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any
     return {"kickoff_id": kickoff_id, "epoch_seconds": epoch_seconds}
 
 
+def epoch_seconds(record: Any) -> float | None:
+    """A record's ``epoch_seconds`` (XCom ``kicked_off_at``, a kickoff's retry record), or None."""
+    value = record.get("epoch_seconds") if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def kicked_off_at_from_xcom(context: Context, kickoff_task_id: str, kickoff_id: str) -> float | None:
     """When ``kickoff_task_id`` started ``kickoff_id`` (epoch seconds), or None when it did not say."""
     pulled = context["ti"].xcom_pull(task_ids=kickoff_task_id, key=XCOM_KICKED_OFF_AT)
     for record in pulled if isinstance(pulled, list) else [pulled]:
         if isinstance(record, dict) and record.get("kickoff_id") == kickoff_id:
-            value = record.get("epoch_seconds")
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
+            return epoch_seconds(record)
     return None
 
 
@@ -309,8 +313,6 @@ class CrewWaitMixin(CrewStopMixin):
         successfully only with ``on_human_input="return"``. Failures always go to a worker, so that
         retries, failure callbacks and the typed errors work as in a blocking wait.
         """
-        from airflow_provider_crew._compat import BaseOperator
-
         if (
             getattr(self, "on_success_callback", None)
             or getattr(self, "outlets", None)
