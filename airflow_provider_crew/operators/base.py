@@ -220,6 +220,13 @@ def claim_refused(request: str, error: BaseException) -> CrewError:
     )
 
 
+def sent_nothing(error: CrewError) -> bool:
+    """Whether a paid POST that raised ``error`` surely started or applied nothing, so that its claim may
+    go and a retry may send it: an error Airflow retries (refused, busy past the budget, never reached).
+    An unknown outcome, or an answer too large to read, fails without retry and keeps the claim."""
+    return not isinstance(error, AirflowFailException)
+
+
 class ResumeRecord:
     """The record of a run's one ``POST /resume`` (a resume task's or a review round's), so that no retry
     sends it twice.
@@ -266,7 +273,7 @@ class ResumeRecord:
     def failed(self, error: CrewError) -> None:
         """After the POST failed: drop the claim when Airflow retries ``error`` (the service did not act);
         keep "sending" after an unknown outcome, which fails without retry."""
-        if not isinstance(error, AirflowFailException):
+        if sent_nothing(error):
             self.refused()
 
     def refused(self) -> None:

@@ -26,6 +26,7 @@ from airflow_provider_crew.operators.base import (
     check_webhook_parameter,
     claim_refused,
     is_template_or_xcom,
+    sent_nothing,
     try_number,
 )
 from airflow_provider_crew.status import CrewState
@@ -322,13 +323,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 else (self.crew_webhook_url or None),
                 human_input_webhook=pause_webhook,
             )
-        except CrewOutcomeUnknownError:
-            raise
-        except CrewError:  # the request was refused or never sent: nothing started, a retry may send it
-            try:
-                records.delete(self.CLAIM_KEY)
-            except Exception as error:  # the claim stays: a retry then fails as for an unknown outcome
-                self.log.warning("Could not drop this try's kickoff claim: %s", error)
+        except CrewError as error:
+            if sent_nothing(error):  # refused or never sent: nothing started, a retry may send it
+                try:
+                    records.delete(self.CLAIM_KEY)
+                except Exception as store_error:  # the claim stays: a retry fails as for an unknown outcome
+                    self.log.warning("Could not drop this try's kickoff claim: %s", store_error)
             raise
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
