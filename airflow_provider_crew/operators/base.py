@@ -1,5 +1,5 @@
-"""What the crew tasks share beyond the wait: checks of their parameters, the webhook addresses a
-resume sends again, and the records a task keeps for its retries.
+"""What the crew tasks share beyond the wait: checks of their parameters and the webhook addresses a
+resume sends again. The record of a paid POST a retry reads is :mod:`.paid_post`.
 
 The kickoff and resume operators, the status sensor and the review tasks import this module. The
 wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_crew.waiting.task`.
@@ -7,11 +7,9 @@ wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import AirflowFailException, task_state_store
-from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
 
@@ -154,134 +152,6 @@ def _given_or_kept(context: Context, execution_id: str, task: Any) -> dict[str, 
 def try_number(context: Context) -> int:
     """This task instance's try number (1 when the context has none, as in ``dag.test()``)."""
     return int(getattr(context["ti"], "try_number", 1) or 1)
-
-
-# -- what a task keeps for its retries ----------------------------------------------------------------
-
-#: How long a record kept for retries outlives the wait's ``timeout``: long enough for any retry.
-RECORD_RETENTION_PAST_TIMEOUT = timedelta(days=7)
-
-
-class RetryRecords:
-    """What a task keeps in Airflow's task state store (3.3+) for a later try of the same run.
-
-    Each record carries the task instance's ``max_tries`` when it was written. Airflow raises
-    ``max_tries`` when it clears a task instance and never on a retry, so a record with another
-    ``max_tries`` was written before the last clear, by an earlier run, and reads as absent (common.ai's
-    usage budget tells runs apart the same way). The DAG's ``retries``, which an edit may change between
-    two tries, plays no part. Every record expires ``retention`` after it was written.
-
-    Before Airflow 3.3 there is no store: reads give None and writes do nothing.
-
-    :param context: The task's context.
-    :param timeout: The task's wait ``timeout`` in seconds; records are kept that long plus
-        :data:`RECORD_RETENTION_PAST_TIMEOUT`.
-    """
-
-    def __init__(self, context: Context, timeout: float) -> None:
-        self.store = task_state_store(context)
-        self.max_tries = getattr(context["ti"], "max_tries", None)
-        self.retention = timedelta(seconds=timeout) + RECORD_RETENTION_PAST_TIMEOUT
-
-    @property
-    def kept(self) -> bool:
-        """Whether this Airflow keeps records (3.3+)."""
-        return self.store is not None
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The record under ``key`` when this run wrote it, else None."""
-        record = self.store.get(key) if self.store is not None else None
-        if isinstance(record, dict) and record.get("max_tries") == self.max_tries:
-            return record
-        return None
-
-    def set(self, key: str, record: dict[str, Any]) -> None:
-        """Keep ``record`` under ``key`` for this run; raises when Airflow refuses the write."""
-        if self.store is not None:
-            self.store.set(key, {**record, "max_tries": self.max_tries}, retention=self.retention)
-
-    def delete(self, *keys: str) -> None:
-        """Drop the records under ``keys``."""
-        if self.store is not None:
-            for key in keys:
-                self.store.delete(key)
-
-
-def claim_refused(request: str, error: BaseException) -> CrewError:
-    """The error of a try whose record, written right before a paid POST, Airflow refused: nothing is sent.
-
-    :param request: The request, e.g. "POST /kickoff".
-    :param error: Why the write failed.
-    """
-    return CrewError(
-        f"{request} was not sent: Airflow refused to keep its record for a retry ({error}). Airflow no "
-        "longer runs this try (it failed or reset it, e.g. apache/airflow#72716), so this try sends "
-        "nothing; a retry sends it once."
-    )
-
-
-def sent_nothing(error: CrewError) -> bool:
-    """Whether a paid POST that raised ``error`` surely started or applied nothing, so that its claim may
-    go and a retry may send it: an error Airflow retries (refused, busy past the budget, never reached).
-    An unknown outcome, or an answer too large to read, fails without retry and keeps the claim."""
-    return not isinstance(error, AirflowFailException)
-
-
-class ResumeRecord:
-    """The record of a run's one ``POST /resume`` (a resume task's or a review round's), so that no retry
-    sends it twice.
-
-    :meth:`claim` writes "sending" right before the POST. The write is also a fence: Airflow refuses it
-    for a try it no longer runs, and that try then sends nothing (:func:`claim_refused`).
-    :meth:`sent` writes "sent" with what a retry returns instead of sending. :meth:`refused` drops the
-    claim when the service said it did not act, and :meth:`failed` after any error Airflow retries
-    (refused, busy past the budget, never reached), so that a retry may send it. A record left
-    "sending" means the try was stopped mid-request or the outcome is unknown: a retry does not send it.
-    Before Airflow 3.3 each does nothing.
-
-    :param records: The task's records.
-    :param key: The record's key in the task state store.
-    :param kickoff_id: The execution resumed; a record about another one reads as absent.
-    :param log: The task's logger.
-    """
-
-    def __init__(self, records: RetryRecords, key: str, kickoff_id: str, log: Any) -> None:
-        self.records = records
-        self.key = key
-        self.kickoff_id = kickoff_id
-        self.log = log
-
-    def earlier(self) -> dict[str, Any] | None:
-        """What an earlier try of this run kept about resuming this execution (its ``state``), or None."""
-        kept = self.records.get(self.key)
-        return kept if kept is not None and kept.get("kickoff_id") == self.kickoff_id else None
-
-    def claim(self, **fields: Any) -> None:
-        """Keep "sending" with ``fields``; raise, before anything is sent, when Airflow refuses the write."""
-        try:
-            self.records.set(self.key, {**fields, "kickoff_id": self.kickoff_id, "state": "sending"})
-        except Exception as error:
-            raise claim_refused(f"POST /resume to crew execution {self.kickoff_id}", error) from None
-
-    def sent(self, **fields: Any) -> None:
-        """Keep "sent" with ``fields``: a retry returns them instead of sending."""
-        try:
-            self.records.set(self.key, {**fields, "kickoff_id": self.kickoff_id, "state": "sent"})
-        except Exception as error:  # "sending" stays: a retry does not send it blindly
-            self.log.warning("Could not record the resume for a retry: %s", error)
-
-    def failed(self, error: CrewError) -> None:
-        """After the POST failed: drop the claim when Airflow retries ``error`` (the service did not act);
-        keep "sending" after an unknown outcome, which fails without retry."""
-        if sent_nothing(error):
-            self.refused()
-
-    def refused(self) -> None:
-        """Drop the claim: the service refused the resume, so nothing was applied."""
-        try:
-            self.records.delete(self.key)
-        except Exception as error:  # "sending" stays: a retry does not send it blindly
-            self.log.warning("Could not drop this try's resume record: %s", error)
 
 
 def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, answered_output: str | None) -> str | None:

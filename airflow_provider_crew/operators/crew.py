@@ -22,13 +22,11 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
-    RetryRecords,
     check_webhook_parameter,
-    claim_refused,
     is_template_or_xcom,
-    sent_nothing,
     try_number,
 )
+from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -152,14 +150,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ui_color = "#e9d8fd"
     operator_extra_links = (CrewExecutionLink(),)
 
-    # Where a retry finds the execution an earlier try of the same run started (task state store,
-    # Airflow 3.3+; operators.base.RetryRecords). The record outlives the try that wrote it, so that a
-    # retry finds it even when Airflow failed a try that had finished; after a clear it reads as absent.
-    STATE_KEY = "crew_kickoff_id"
-    # What a try writes just before POST /kickoff (its try number), dropped with the execution's id.
-    CLAIM_KEY = "crew_kickoff_claim"
-    # How long to keep trying to write it while Airflow's API server is overloaded.
-    STATE_STORE_PATIENCE = 120.0
+    # The record of this run's POST /kickoff (operators.paid_post): claimed, then the execution's id, so
+    # that a retry reattaches to it. It outlives the try that wrote it, so that a retry finds it even when
+    # Airflow failed a try that had finished; after a clear it reads as absent.
+    RECORD_KEY = "crew_kickoff_id"
+    # Where 1.0 kept its claim, beside the execution's id.
+    LEGACY_CLAIM_KEY = "crew_kickoff_claim"
 
     def __init__(
         self,
@@ -280,7 +276,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _finish(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         # The record stays after any other end: a try Airflow failed after it had finished (its
         # heartbeat was late, on an overloaded Airflow) leaves its retry the execution to reattach to,
-        # not a second one to start; after a clear it reads as absent (RetryRecords).
+        # not a second one to start; after a clear it reads as absent (operators.paid_post).
         if result.outcome is Outcome.FAILED:
             self._forget_execution(context)  # a retry starts anew after a FAILED execution (documented)
         self._finish_wait(context, kickoff_id, result)
@@ -301,19 +297,25 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def _forget_execution(self, context: Context) -> None:
         """Drop this run's record of its execution: a retry, or the next run, starts anew."""
-        RetryRecords(context, self.timeout).delete(self.STATE_KEY, self.CLAIM_KEY)
+        record = self._kickoff_record(context)
+        record.drop()
+        record.records.delete(self.LEGACY_CLAIM_KEY)
 
-    def _kickoff(self, context: Context, hook: CrewHook, records: RetryRecords) -> str:
+    def _kickoff_record(self, context: Context) -> PaidPost:
+        return PaidPost(
+            context, key=self.RECORD_KEY, request="POST /kickoff", timeout=self.timeout, log=self.log
+        )
+
+    def _kickoff(self, context: Context, hook: CrewHook, record: PaidPost) -> str:
         assert isinstance(self.inputs, Mapping)
         if self.validate_inputs:
             self._check_inputs_against_crew(hook, self.inputs)
         pause_webhook = self._pause_webhook(context)
         wake = self._webhook_wake(context, hook)
-        self._claim_kickoff(context, records)
         # An unknown outcome raises CrewOutcomeUnknownError, an AirflowFailException: no retry can
         # start a second, paid execution. The claim stays then, and when the try is stopped mid-request.
-        try:
-            kickoff_id = hook.kickoff(
+        kickoff_id = record.send(
+            lambda: hook.kickoff(
                 self.inputs,
                 meta=self.meta,
                 task_webhook_url=self.task_webhook_url or None,
@@ -322,17 +324,25 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 if wake is not None
                 else (self.crew_webhook_url or None),
                 human_input_webhook=pause_webhook,
-            )
-        except CrewError as error:
-            if sent_nothing(error):  # refused or never sent: nothing started, a retry may send it
-                try:
-                    records.delete(self.CLAIM_KEY)
-                except Exception as store_error:  # the claim stays: a retry fails as for an unknown outcome
-                    self.log.warning("Could not drop this try's kickoff claim: %s", store_error)
-            raise
+            ),
+            claim={"try_number": try_number(context)},
+            # Kept before anything else can fail: a retry must find this execution, not start another.
+            sent=lambda kickoff_id: {"kickoff_id": kickoff_id, "epoch_seconds": time.time()},
+            unrecorded=self._not_recorded,
+        )
         self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
         return kickoff_id
+
+    @staticmethod
+    def _not_recorded(kickoff_id: str, error: Exception) -> CrewError:
+        """Without its record a retry would start a second execution: fail without retry, naming it."""
+        return CrewKickoffNotRecordedError(
+            f"Crew execution {kickoff_id} started, but Airflow could not record its id for a retry to "
+            f"reattach to ({type(error).__name__}: {error}). The task fails without retry so that no "
+            "second execution starts; the execution keeps running: follow it with "
+            f"CrewStatusSensor(kickoff_id={kickoff_id!r}) or cancel it at the service."
+        )
 
     def _pause_webhook(self, context: Context) -> HumanInputWebhook | None:
         """The human-input webhook: the connection's, or this run's address on Airflow's api-server
@@ -363,97 +373,52 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def _reattach_or_kickoff(self, context: Context, hook: CrewHook) -> str:
         """On Airflow 3.3+, a retry reattaches to the execution an earlier try of this run started."""
-        records = RetryRecords(context, self.timeout)
-        kickoff_id = self._previous_execution(records, hook)
+        record = self._kickoff_record(context)
+        kickoff_id = self._previous_execution(record, hook)
         if kickoff_id is None:
-            kickoff_id = self._kickoff(context, hook, records)
-            # Before anything else can fail: a retry must find this execution, not start another.
-            self._remember_execution(records, kickoff_id)
+            kickoff_id = self._kickoff(context, hook, record)
         self._publish_kickoff(context, kickoff_id)
         return kickoff_id
 
-    def _claim_kickoff(self, context: Context, records: RetryRecords) -> None:
-        """Write, right before ``POST /kickoff``, that this try sets out to start an execution.
-
-        The write is also a fence: once Airflow has reset a task instance (its scheduler gave up on a
-        try that was slow to start, say), the API answers 404 for the old try, the write raises, and
-        that try starts nothing, while the new one may. Seen with 100 tasks on an overloaded Airflow.
-        """
-        try:
-            records.set(self.CLAIM_KEY, {"try_number": try_number(context), "epoch_seconds": time.time()})
-        except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
-            raise claim_refused("POST /kickoff", error) from None
-
-    def _previous_execution(self, records: RetryRecords, hook: CrewHook) -> str | None:
+    def _previous_execution(self, record: PaidPost, hook: CrewHook) -> str | None:
         """The execution an earlier try of this run started and a retry should reattach to, if any."""
-        previous = records.get(self.STATE_KEY)
-        claim = records.get(self.CLAIM_KEY)
-        if not previous and claim:
+        earlier = record.earlier()
+        # 1.0 kept its claim under a key of its own (delete with 1.0's records, a week after 1.1 is out).
+        legacy_claim = record.records.get(self.LEGACY_CLAIM_KEY)
+        if earlier is None and legacy_claim is not None:
+            earlier = {**legacy_claim, "state": "claimed"}
+        if earlier is None:
+            return None
+        if earlier["state"] == "claimed":
             # The earlier try was stopped during POST /kickoff (or its outcome was unknown): an execution
             # may be running. Nothing tells it from a request that never arrived, so none is started.
             raise CrewOutcomeUnknownError(
-                f"Try {claim.get('try_number', '?')} of this task set out to start a crew execution and was "
-                "stopped before it recorded the execution's id: the service may have started one, which "
+                f"Try {earlier.get('try_number', '?')} of this task set out to start a crew execution and "
+                "was stopped before it recorded the execution's id: the service may have started one, which "
                 f"then runs unclaimed (look for it at the service, meta {self.meta or {}}). This retry "
                 "starts none, so that nothing is started twice; it fails without retry. Clear the task to "
                 "start a new execution."
             )
-        kickoff_id = previous.get("kickoff_id") if previous else None
-        if isinstance(kickoff_id, str) and kickoff_id:
-            # Published again as kicked_off_at (a new try starts with no XCom): waits downstream count
-            # their 404 grace from the kickoff. A record of 1.0 has no time; its claim, written just
-            # before the POST, has.
-            self._kicked_off_at = epoch_seconds(previous) or epoch_seconds(claim)
-            try:
-                state: CrewState | None = hook.get_status(kickoff_id).state
-            except CrewNotFoundError:
-                state = None  # possibly still queued; the wait tolerates a short run of 404s
-            if state is not CrewState.FAILED:
-                self.log.info(
-                    "Reattaching to crew execution %s started by an earlier try (state: %s) instead of "
-                    "starting a second one.",
-                    kickoff_id,
-                    state.value if state else "not visible yet",
-                )
-                return kickoff_id
-            self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", kickoff_id)
-            # Dropped before the new claim: a later try that finds the claim without an id then knows
+        kickoff_id = earlier["kickoff_id"]
+        # Published again as kicked_off_at (a new try starts with no XCom): waits downstream count their
+        # 404 grace from the kickoff. A record of 1.0 has no time; its claim, written just before, has.
+        self._kicked_off_at = epoch_seconds(earlier) or epoch_seconds(legacy_claim)
+        try:
+            state: CrewState | None = hook.get_status(kickoff_id).state
+        except CrewNotFoundError:
+            state = None  # possibly still queued; the wait tolerates a short run of 404s
+        if state is CrewState.FAILED:
+            # The new claim replaces this record in one write: a later try that finds the claim knows
             # this try may have started an execution, instead of reading the old FAILED one.
-            try:
-                records.delete(self.STATE_KEY)
-            except Exception as error:
-                raise claim_refused("POST /kickoff", error) from None
-        return None
-
-    def _remember_execution(self, records: RetryRecords, kickoff_id: str) -> None:
-        """Record the execution for a retry, repeating the write while Airflow's API is overloaded.
-
-        Without the record a retry would start a second execution, so when it cannot be written
-        within ``STATE_STORE_PATIENCE`` seconds the task fails without retry, naming the execution.
-        """
-        deadline = time.monotonic() + self.STATE_STORE_PATIENCE
-        pause = 1.0
-        while True:
-            try:
-                records.set(self.STATE_KEY, {"kickoff_id": kickoff_id, "epoch_seconds": self._kicked_off_at})
-                return
-            except Exception as error:  # the SDK raises AirflowRuntimeError; any failure is the same here
-                if time.monotonic() + pause > deadline:
-                    raise CrewKickoffNotRecordedError(
-                        f"Crew execution {kickoff_id} started, but Airflow could not record its id for "
-                        f"a retry to reattach to ({type(error).__name__}: {error}). The task fails "
-                        "without retry so that no second execution starts; the execution keeps running: "
-                        f"follow it with CrewStatusSensor(kickoff_id={kickoff_id!r}) or cancel it at "
-                        "the service."
-                    ) from error
-                self.log.warning(
-                    "Could not record crew execution %s for retries (%s); trying again in %.0f s.",
-                    kickoff_id,
-                    error,
-                    pause,
-                )
-                time.sleep(pause)
-                pause = min(pause * 2, 15.0)
+            self.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", kickoff_id)
+            return None
+        self.log.info(
+            "Reattaching to crew execution %s started by an earlier try (state: %s) instead of starting a "
+            "second one.",
+            kickoff_id,
+            state.value if state else "not visible yet",
+        )
+        return kickoff_id
 
 
 __all__ = ["CrewKickoffOperator"]

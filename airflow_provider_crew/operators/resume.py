@@ -19,8 +19,6 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
-    ResumeRecord,
-    RetryRecords,
     check_webhook_parameter,
     checked_kickoff_id,
     is_template_or_xcom,
@@ -30,6 +28,7 @@ from airflow_provider_crew.operators.base import (
     upstream_task_id,
     why_answer_is_outdated,
 )
+from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
 from airflow_provider_crew.waiting.task import (
@@ -143,7 +142,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     operator_extra_links = (CrewExecutionLink(),)
 
     # Where a retry finds the answer an earlier try of this run sent (task state store, Airflow 3.3+):
-    # operators.base.ResumeRecord.
+    # operators.paid_post.
     ANSWER_KEY = "crew_resume_answer"
 
     def __init__(
@@ -215,7 +214,14 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._refuse_own_crew_webhook(hook)
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
-        record = ResumeRecord(RetryRecords(context, self.timeout), self.ANSWER_KEY, execution_id, self.log)
+        record = PaidPost(
+            context,
+            key=self.ANSWER_KEY,
+            request=f"POST /resume to crew execution {execution_id}",
+            timeout=self.timeout,
+            log=self.log,
+            execution_id=execution_id,
+        )
         answer = self._sent_before(context, hook, record)
         if answer is None:
             answer = self._send(context, hook, record)
@@ -233,38 +239,35 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         execution_id, result = self._result_from_event(context, event)
         return self._finish_wait(context, execution_id, result)
 
-    def _send(self, context: Context, hook: CrewHook, record: ResumeRecord) -> dict[str, Any]:
+    def _send(self, context: Context, hook: CrewHook, record: PaidPost) -> dict[str, Any]:
         """``POST /resume``, recorded for a retry before it is sent and after it was answered."""
-        execution_id = record.kickoff_id
+        execution_id = str(record.execution_id)
         webhooks = resume_webhook_addresses(context, execution_id, self, self._webhook_wake(context, hook))
-        record.claim(try_number=try_number(context))
         try:
-            result = hook.resume(
-                execution_id,
-                str(self.crew_task_id),
-                str(self.human_feedback or ""),
-                self.is_approve,
-                **webhooks,
+            result = record.send(
+                lambda: hook.resume(
+                    execution_id,
+                    str(self.crew_task_id),
+                    str(self.human_feedback or ""),
+                    self.is_approve,
+                    **webhooks,
+                ),
+                claim={"try_number": try_number(context)},
+                sent=lambda result: {"answer": {"status": result.status.value, "message": result.message}},
             )
         except CrewBadRequestError as error:
-            record.refused()
             raise self._not_paused_error(hook, execution_id, error) from None
-        except CrewError as error:
-            record.failed(error)
-            raise
         self.log.info("Resumed crew execution %s: %s (%s)", execution_id, result.status.value, result.message)
-        answer = {"status": result.status.value, "message": result.message}
-        record.sent(answer=answer)
-        return answer
+        return {"status": result.status.value, "message": result.message}
 
-    def _sent_before(self, context: Context, hook: CrewHook, record: ResumeRecord) -> dict[str, Any] | None:
+    def _sent_before(self, context: Context, hook: CrewHook, record: PaidPost) -> dict[str, Any] | None:
         """The ``/resume`` answer when an earlier try of this run already sent the feedback, else None.
 
         On Airflow 3.3+ the record says: sent (its answer), never sent (None), or stopped while sending.
         Then, and on any retry before 3.3, a status read tells: the execution has moved on from the
         pause the feedback is about (running, ended, or paused on another output), so it was applied.
         """
-        execution_id, kept = record.kickoff_id, record.earlier()
+        execution_id, kept = str(record.execution_id), record.earlier()
         if kept is not None and kept.get("state") == "sent":
             self.log.info(
                 "An earlier try of this task sent this feedback to crew execution %s (%s): following the "
@@ -273,7 +276,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 kept["answer"].get("status"),
             )
             return dict(kept["answer"])
-        if kept is None and (record.records.kept or try_number(context) <= 1):
+        if kept is None and (record.kept or try_number(context) <= 1):
             return None  # no try of this run sent it (3.3+), or the first try (before 3.3)
         status = hook.get_status(execution_id)
         crew_task_id = str(self.crew_task_id)
@@ -282,7 +285,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         )
         answered_output = self._answered_output(context, execution_id, crew_task_id)
         if paused_here and answered_output is None:
-            if kept is not None:  # "sending": that try was stopped during its POST /resume
+            if kept is not None:  # claimed: that try was stopped during its POST /resume
                 raise CrewOutcomeUnknownError(
                     f"Try {kept.get('try_number', '?')} of this task set out to send this feedback to crew "
                     f"execution {execution_id} and was stopped before it recorded the answer. The execution "

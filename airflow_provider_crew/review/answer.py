@@ -22,7 +22,8 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
-from airflow_provider_crew.operators.base import ResumeRecord, RetryRecords, why_answer_is_outdated
+from airflow_provider_crew.operators.base import why_answer_is_outdated
+from airflow_provider_crew.operators.paid_post import PaidPost, RetryRecords
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
@@ -205,7 +206,7 @@ def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) 
 # - what it asked about, so that a retry collects the answer given to its earlier try about this very
 #   pause instead of asking again (Airflow keeps an answer with its request until a try writes the
 #   request again): a program that answers at once would otherwise lose the race on every try;
-# - the answer it sends (operators.base.ResumeRecord, as CrewResumeOperator keeps its own): a retry
+# - the answer it sends (operators.paid_post, as CrewResumeOperator keeps its own): a retry
 #   that finds the record returns it instead of waiting for another pause, so review_history keeps
 #   who approved.
 
@@ -227,10 +228,11 @@ class RoundRecords:
     :param round_number: The round, for messages.
     :param log: The task's logger.
     :param timeout: The round's wait ``timeout`` in seconds (how long the records are kept, with a week
-        more: :class:`~airflow_provider_crew.operators.base.RetryRecords`).
+        more: :class:`~airflow_provider_crew.operators.paid_post.RetryRecords`).
     """
 
     def __init__(self, context: Context, round_number: int, log: Any, timeout: float) -> None:
+        self.context, self.timeout = context, timeout
         self.records = RetryRecords(context, timeout)
         self.round_number = round_number
         self.log = log
@@ -252,9 +254,16 @@ class RoundRecords:
         asked = asked_about(kickoff_id, status)
         return kept is not None and all(kept.get(key) == value for key, value in asked.items())
 
-    def resume(self, kickoff_id: str) -> ResumeRecord:
+    def resume(self, kickoff_id: str) -> PaidPost:
         """The record of this round's ``POST /resume`` to ``kickoff_id``."""
-        return ResumeRecord(self.records, APPLIED_RECORD_KEY, kickoff_id, self.log)
+        return PaidPost(
+            self.context,
+            key=APPLIED_RECORD_KEY,
+            request=f"POST /resume to crew execution {kickoff_id}",
+            timeout=self.timeout,
+            log=self.log,
+            execution_id=kickoff_id,
+        )
 
     def applied_by_earlier_try(self, kickoff_id: str) -> dict[str, Any] | None:
         """The record of this round's answer, when an earlier try of this run sent it to this execution."""
@@ -262,7 +271,7 @@ class RoundRecords:
         record = kept.get("record")
         if not isinstance(record, dict):
             return None
-        if kept.get("state") == "sending":
+        if kept.get("state") == "claimed":
             # The try ended between claiming and confirming: the answer may have reached the crew.
             # Sending it again could apply it twice; a crew left paused is asked about by the next round.
             record = {**record, "note": "An earlier try was stopped while sending this answer."}

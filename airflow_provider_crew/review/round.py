@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.bases.notifier import BaseNotifier
 
+    from airflow_provider_crew.models import ResumeResult
+
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
 STALE_PAUSE_GRACE = 30.0
@@ -337,21 +339,18 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self._refuse_own_crew_webhook(hook)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
         resume = answer.RoundRecords(context, self.round_number, self.log, self.timeout).resume(kickoff_id)
-        resume.claim(record={**record, "applied": True})
         try:
-            result = hook.resume(
-                kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
+            result = resume.send(
+                lambda: hook.resume(
+                    kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
+                ),
+                claim={"record": {**record, "applied": True}},
+                sent=lambda result: {"record": self._applied(record, result)},
             )
         except CrewBadRequestError as error:
-            resume.refused()
             return self._not_sent(
                 record, f"The crew did not accept the answer: {error.service_message or error}"
             )
-        except CrewError as error:
-            resume.failed(error)
-            raise
-        record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
-        resume.sent(record=record)
         self.log.info(
             "Round %d: %s by %s; crew execution %s %s.",
             self.round_number,
@@ -361,6 +360,12 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             result.status.value,
         )
         self._let_stale_pause_pass(hook, kickoff_id, crew_task_id, output)
+        return record
+
+    @staticmethod
+    def _applied(record: dict[str, Any], result: ResumeResult) -> dict[str, Any]:
+        """The round's record marked applied, with the service's answer to the resume."""
+        record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
         return record
 
     def _not_sent(self, record: dict[str, Any], why: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import base as operators_base
+from airflow_provider_crew.operators import paid_post as operators_base
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.status import CrewState
@@ -137,14 +137,17 @@ def test_resume_carries_over_the_kickoffs_webhooks_and_keeps_explicit_ones(
 
 
 class FakeStateStore:
-    """The task state store, whose writes of ``failing_key`` fail ``failures`` times first (an
-    overloaded API server, or one that no longer counts this try as running)."""
+    """The task state store, whose writes of ``failing_key`` fail ``failures`` times after the first
+    ``succeeding`` (an overloaded API server, or one that no longer counts this try as running)."""
 
-    def __init__(self, failures: int = 0, failing_key: str = CrewKickoffOperator.STATE_KEY) -> None:
+    def __init__(
+        self, failures: int = 0, failing_key: str = CrewKickoffOperator.RECORD_KEY, succeeding: int = 0
+    ) -> None:
         self.values: dict[str, object] = {}
         self.retentions: dict[str, object] = {}
         self.failures = failures
         self.failing_key = failing_key
+        self.succeeding = succeeding
         self.attempts = 0
 
     def get(self, key: str) -> object:
@@ -154,7 +157,7 @@ class FakeStateStore:
         self.retentions[key] = retention
         if key == self.failing_key:
             self.attempts += 1
-            if self.attempts <= self.failures:
+            if self.succeeding < self.attempts <= self.succeeding + self.failures:
                 raise RuntimeError("API_SERVER_ERROR: timed out")
         self.values[key] = value
 
@@ -189,7 +192,7 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         first_try.execute({"ti": XComDownTI()})  # the first XCom push after the kickoff fails
     [kickoff_id] = crew_service.executions
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
 
     retry = _kickoff_operator(store, monkeypatch)
     ti = FakeTI(try_number=2)
@@ -198,25 +201,37 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     # The retry tells downstream tasks about the execution again (a new try starts with no XCom),
     # with the time of the first try's kickoff: a sensor downstream counts its 404 grace from it.
     assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
-    kicked_off_at = store.values[CrewKickoffOperator.STATE_KEY]["epoch_seconds"]
+    kicked_off_at = store.values[CrewKickoffOperator.RECORD_KEY]["epoch_seconds"]
     assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": kicked_off_at}
-    assert store.values[CrewKickoffOperator.CLAIM_KEY]["epoch_seconds"] <= kicked_off_at
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["state"] == "sent"
     # Kept after the end: a try Airflow fails after it finished leaves the execution to its retry.
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
 
 
-def test_a_retry_reattaching_to_a_record_without_a_time_publishes_its_claims(
+def test_a_retry_reattaching_to_a_record_of_1_0_publishes_its_claims_time(
     crew_service, crew_connection, monkeypatch
 ):
-    # A record written by 1.0 holds only the id; the claim, written just before the POST, has a time.
+    # 1.0 kept the id alone under the record's key, and its claim, with the time, under a key of its own.
     store = FakeStateStore()
     kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
-    store.values[CrewKickoffOperator.STATE_KEY] = {"kickoff_id": kickoff_id, "max_tries": 0}
+    store.values[CrewKickoffOperator.RECORD_KEY] = {"kickoff_id": kickoff_id, "max_tries": 0}
+    store.values[CrewKickoffOperator.LEGACY_CLAIM_KEY] = {
+        "try_number": 1,
+        "epoch_seconds": 12.5,
+        "max_tries": 0,
+    }
     ti = FakeTI(try_number=2)
     assert _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": ti}) == kickoff_id
-    claimed_at = store.values[CrewKickoffOperator.CLAIM_KEY]["epoch_seconds"]
-    assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": claimed_at}
+    assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": 12.5}
     assert crew_service.request_count("kickoff") == 1
+
+
+def test_a_retry_after_a_1_0_claim_without_an_id_starts_nothing(crew_service, crew_connection, monkeypatch):
+    store = FakeStateStore()
+    store.values[CrewKickoffOperator.LEGACY_CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
+    with pytest.raises(CrewOutcomeUnknownError, match="Try 1 of this task set out to start"):
+        _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
+    assert crew_service.request_count("kickoff") == 0
 
 
 def test_a_try_stopped_during_its_kickoff_after_an_earlier_failed_execution_is_not_sent_again(
@@ -256,7 +271,7 @@ def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_ta
     assert retry == first and crew_service.request_count("kickoff") == 1
     cleared = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI(try_number=3, max_tries=2)})
     assert cleared != first and crew_service.request_count("kickoff") == 2
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == cleared
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == cleared
 
 
 def test_a_dag_edited_between_two_tries_still_reattaches_and_records_expire(
@@ -273,37 +288,38 @@ def test_a_dag_edited_between_two_tries_still_reattaches_and_records_expire(
     # Every record is kept for the wait's timeout plus a week, then expires.
     from datetime import timedelta
 
-    assert store.retentions[CrewKickoffOperator.STATE_KEY] == timedelta(hours=24, days=7)
-    assert store.retentions[CrewKickoffOperator.CLAIM_KEY] == timedelta(hours=24, days=7)
+    assert store.retentions[CrewKickoffOperator.RECORD_KEY] == timedelta(hours=24, days=7)
 
 
 def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, crew_connection, monkeypatch):
-    store = FakeStateStore(failures=2)
+    store = FakeStateStore(failures=2, succeeding=1)  # the claim is written, then "sent" fails twice
     op = _kickoff_operator(store, monkeypatch, wait_for_completion=False)
     kickoff_id = op.execute({"ti": FakeTI()})
-    assert store.attempts == 3 and crew_service.request_count("kickoff") == 1
+    assert store.attempts == 4 and crew_service.request_count("kickoff") == 1
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
     assert list(crew_service.executions) == [kickoff_id]
 
 
 def test_an_execution_that_cannot_be_recorded_fails_the_task_without_retry_naming_it(
     crew_service, crew_connection, monkeypatch
 ):
-    store = FakeStateStore(failures=1_000)
+    store = FakeStateStore(failures=1_000, succeeding=1)
     op = _kickoff_operator(store, monkeypatch)
-    monkeypatch.setattr(op, "STATE_STORE_PATIENCE", 2.5)
+    monkeypatch.setattr(operators_base.PaidPost, "patience", 2.5)
     with pytest.raises(CrewKickoffNotRecordedError) as caught:
         op.execute({"ti": FakeTI()})
     [kickoff_id] = crew_service.executions
     assert isinstance(caught.value, AirflowFailException)  # no retry, which would start a second one
     assert f"Crew execution {kickoff_id} started" in str(caught.value)
     assert f"CrewStatusSensor(kickoff_id={kickoff_id!r})" in str(caught.value)
-    assert store.attempts >= 2 and crew_service.request_count("kickoff") == 1
+    assert store.attempts >= 3 and crew_service.request_count("kickoff") == 1
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["state"] == "claimed"  # a retry sends nothing
 
 
 def test_a_try_airflow_no_longer_runs_starts_nothing(crew_service, crew_connection, monkeypatch):
     # Once Airflow has reset the task instance, its API refuses the old try's writes (404): the claim
     # written just before POST /kickoff fails, and that try starts no execution.
-    store = FakeStateStore(failures=1, failing_key=CrewKickoffOperator.CLAIM_KEY)
+    store = FakeStateStore(failures=1)
     with pytest.raises(CrewError, match=r"POST /kickoff was not sent.*API_SERVER_ERROR.*sends nothing"):
         _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI()})
     assert crew_service.request_count("kickoff") == 0
@@ -315,7 +331,12 @@ def test_a_retry_after_an_unrecorded_claim_starts_nothing_and_fails_without_retr
     # Try 1 was stopped during POST /kickoff: the service may have started an execution. The retry
     # cannot tell, so it starts none (nothing twice) and says what to do.
     store = FakeStateStore()
-    store.values[CrewKickoffOperator.CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
+    store.values[CrewKickoffOperator.RECORD_KEY] = {
+        "state": "claimed",
+        "try_number": 1,
+        "epoch_seconds": 0,
+        "max_tries": 0,
+    }
     op = _kickoff_operator(store, monkeypatch, wait_for_completion=False, meta={"job": "nightly"})
     with pytest.raises(CrewOutcomeUnknownError) as caught:
         op.execute({"ti": FakeTI(try_number=2)})
@@ -336,7 +357,7 @@ def test_a_refused_kickoff_drops_its_claim_so_that_its_retry_sends_it(
     store = FakeStateStore()
     with pytest.raises(CrewError, match="422"):
         _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
-    assert CrewKickoffOperator.CLAIM_KEY not in store.values  # refused: nothing started
+    assert CrewKickoffOperator.RECORD_KEY not in store.values  # refused: nothing started
     kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute(
         {"ti": FakeTI(try_number=2)}
     )
@@ -360,7 +381,7 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
         _kickoff_operator(store, monkeypatch).execute({"ti": ResultPushDownTI()})
     [kickoff_id] = crew_service.executions
     assert (
-        store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+        store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
     )  # not forgotten before the end
 
     ti = FakeTI(try_number=2)
@@ -444,13 +465,13 @@ def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
     assert (kwargs["ends_task_when_finished"], kwargs["ends_task_when_paused"]) == (True, True)
     # Kept while deferred and after the trigger ends the task: a retry reattaches to it; a cleared
     # task (its first try) drops it and starts anew.
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
     # The wait's timeout stops the execution (stop_crew), so nothing is left to reattach to.
     timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
     with pytest.raises(Exception, match="Timed out"):
         op.execute_complete({"ti": FakeTI()}, timeout)
     assert crew_service.stops == [kickoff_id]
-    assert CrewKickoffOperator.STATE_KEY not in store.values
+    assert CrewKickoffOperator.RECORD_KEY not in store.values
 
 
 # -- a resume is answered once (issue: nothing paid twice) ------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_crew.exceptions import CrewExecutionTimeoutError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import base as operators_base
+from airflow_provider_crew.operators import paid_post as operators_base
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.waiting import stopping, task_stop
@@ -52,7 +52,7 @@ def test_the_waits_timeout_stops_the_execution_and_drops_its_record(
     assert crew_service.executions[kickoff_id]["state"] == "REVOKED"
     assert f"Stopping crew execution {kickoff_id} (the wait's timeout passed): stopped." in caplog.text
     assert ti.xcom["status"]["stopped"] == {"reason": stopping.WAIT_TIMEOUT, "answer": "stopped"}
-    assert CrewKickoffOperator.STATE_KEY not in store.values  # a retry starts anew
+    assert CrewKickoffOperator.RECORD_KEY not in store.values  # a retry starts anew
 
 
 def test_stop_crew_false_leaves_it_running(crew_service, crew_connection):
@@ -157,7 +157,7 @@ def test_a_stop_the_service_did_not_confirm_keeps_the_record_so_a_retry_reattach
         kickoff(timeout=1).execute({"ti": FakeTI()})
     [kickoff_id] = crew_service.executions
     assert crew_service.executions[kickoff_id]["state"] in ("PENDING", "RUNNING")  # it runs on
-    assert store.values[CrewKickoffOperator.STATE_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
 
     retry = kickoff(timeout=1, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
     assert retry == kickoff_id and crew_service.request_count("kickoff") == 1  # not a second execution

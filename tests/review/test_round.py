@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import base as operators_base
+from airflow_provider_crew.operators import paid_post as operators_base
 from airflow_provider_crew.review import answer as review_answer
 from airflow_provider_crew.status import CrewStatus
 
