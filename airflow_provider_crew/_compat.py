@@ -38,6 +38,9 @@ AIRFLOW_V_3_3_PLUS = AIRFLOW_VERSION >= Version("3.3.0")
 # failed) is open, so no release is free of it yet: set this from the first release that fixes it.
 # airflow_provider_crew.waiting.race holds the workaround.
 AIRFLOW_DEFERRAL_RACE_FIXED = False
+# 3.3+ call a trigger's on_kill when a user ends its deferred task (or another triggerer takes it
+# over); before, the trigger only sees its task cancelled.
+TRIGGER_ON_KILL = AIRFLOW_V_3_3_PLUS
 
 
 async def aget_connection(conn_id: str) -> Connection:
@@ -162,6 +165,7 @@ __all__ = [
     "AIRFLOW_V_3_1_3_PLUS",
     "AIRFLOW_V_3_1_PLUS",
     "AIRFLOW_V_3_3_PLUS",
+    "TRIGGER_ON_KILL",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",

@@ -247,6 +247,16 @@ def parse_inputs_response(body: Any) -> list[str]:
     raise ValueError(f"unrecognised GET /inputs response: {body!r}")
 
 
+def inputs_mismatch(expected: list[str], inputs: Mapping[str, Any]) -> str | None:
+    """What keeps ``inputs`` from matching the input names the crew declares (``GET /inputs``):
+    "missing [...]; unknown [...]", or None when they match. The kickoff and the managed agent both
+    check with it, before anything starts."""
+    missing = [name for name in expected if name not in inputs]
+    unknown = [name for name in inputs if name not in expected]
+    problems = [f"{what} {names}" for what, names in (("missing", missing), ("unknown", unknown)) if names]
+    return "; ".join(problems) or None
+
+
 class ServiceError(BaseModel):
     """What an error response said, in whatever shape it came (docs/contract.md, "Errors")."""
 
@@ -302,5 +312,6 @@ __all__ = [
     "StopResult",
     "WebhookAuthentication",
     "check_webhook_url",
+    "inputs_mismatch",
     "parse_inputs_response",
 ]

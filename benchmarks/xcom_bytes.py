@@ -77,7 +77,8 @@ def xcom_bytes(home: Path, dag_id: str) -> dict[str, int]:
 def event_bytes(service: Any, crew: str, kickoff_id: str) -> tuple[int, int | None]:
     """The trigger's event for this execution's end: JSON bytes, and bytes as Airflow stores it."""
     from airflow_provider_crew.status import CrewStatus
-    from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitResult
+    from airflow_provider_crew.waiting.event import CrewWaitEvent
+    from airflow_provider_crew.waiting.rules import Outcome, WaitResult
 
     request = urllib.request.Request(
         f"{service.url_for_crew(crew)}/{kickoff_id}/status",

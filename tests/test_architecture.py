@@ -65,6 +65,16 @@ def test_modules_stay_short_enough_to_read():
     assert long == {}
 
 
+def test_version_flags_are_read_only_in_compat():
+    """A module asks ``_compat`` for a capability by its name, never for an Airflow version."""
+    flagged = [
+        str(path.relative_to(REPO))
+        for path in _modules()
+        if path.name != "_compat.py" and "/testing/" not in str(path) and "AIRFLOW_V_" in path.read_text()
+    ]
+    assert flagged == []
+
+
 def test_function_bodies_stay_short_enough_to_read():
     """Counted from the first statement after the docstring to the end of the function."""
     long = {}

@@ -38,6 +38,21 @@ def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
     )
 
 
+def check_pause_webhook(url: str | None, conn_id: str | None) -> None:
+    """Fail, naming both parameters, when ``human_input_webhook_url`` and ``human_input_webhook_conn_id``
+    do not go together (checked at DAG parse, at task start and when the webhook is built)."""
+    if url and not conn_id:
+        raise CrewConfigurationError(
+            "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
+            "token (password) or login and password the service must send to it."
+        )
+    if url and conn_id == DEFAULT_RECEIVER_CONN_ID:
+        raise CrewConfigurationError(
+            f"human_input_webhook_url is set with human_input_webhook_conn_id={conn_id!r}: the webhook "
+            "receiver builds each run's address itself. Leave human_input_webhook_url out."
+        )
+
+
 def human_input_webhook(
     url: str | None, conn_id: str, *, run: tuple[str, str] | None = None
 ) -> HumanInputWebhook:
@@ -52,12 +67,8 @@ def human_input_webhook(
     :param conn_id: The connection holding the credential the service must send there.
     :param run: ``(dag_id, run_id)`` of the run asking, for the webhook receiver's address.
     """
+    check_pause_webhook(url, conn_id)
     if conn_id == DEFAULT_RECEIVER_CONN_ID:
-        if url:
-            raise CrewConfigurationError(
-                f"human_input_webhook_url is set with human_input_webhook_conn_id={conn_id!r}: the webhook "
-                "receiver builds each run's address itself. Leave human_input_webhook_url out."
-            )
         if run is None:
             raise CrewConfigurationError(f"{conn_id!r} gives a DAG run's address: it needs the run.")
         from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook

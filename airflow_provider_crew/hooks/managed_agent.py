@@ -33,8 +33,8 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.models import StopOutcome
+from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
+from airflow_provider_crew.models import StopOutcome, inputs_mismatch
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, wait_blocking
@@ -177,12 +177,10 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
                 f"The crew at {self.config.base_url} has no input {agent!r} for the prompt; it takes "
                 f"{expected}. Bind the agent to one of them: hook.agent('<input>')."
             )
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
+        mismatch = inputs_mismatch(expected, inputs)
+        if mismatch:
             raise ManagedAgentRejected(
-                f"The crew takes the inputs {expected}: missing {missing}, unknown {unknown}. Nothing was "
-                "started."
+                f"The crew takes the inputs {expected}: {mismatch}. Nothing was started."
             )
 
     # -- the wait and the answer -------------------------------------------------------------------
@@ -216,14 +214,9 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
 
     def _stop_unwaited(self, kickoff_id: str) -> str:
         """Stop the execution of a call that gave up on it (nobody waits for it); say what came of it."""
-        config = self.config
-        line = stopping.before_stop(config.base_url, kickoff_id, CALL_TIMEOUT, enabled=config.stop_executions)
-        if line is not None:
-            self.log.info("%s", line)
+        result = stopping.stop(self, kickoff_id, CALL_TIMEOUT, self.log, patience=STOP_PATIENCE_SECONDS)
+        if result is None:
             return "The execution was not stopped and may still be running."
-        result = self.stop(kickoff_id)
-        level, line = stopping.after_stop(config.base_url, kickoff_id, CALL_TIMEOUT, result)
-        self.log.log(level, "%s", line)
         if result.outcome is StopOutcome.STOPPED:
             return "The execution was stopped: nobody waits for it any more."
         return f"The execution may still be running (stop: {result.describe()})."

@@ -76,7 +76,7 @@ def _token_usage(record: Mapping[str, Any]) -> dict[str, int] | None:
 class CrewOpenLineageMixin:
     """OpenLineage facets for the tasks that follow a crew execution.
 
-    Reads ``crew_execution``, which the task's wait keeps (:class:`~airflow_provider_crew.waiting.task.
+    Reads ``crew_execution``, which the task's wait keeps (:class:`~airflow_provider_crew.operators.wait.
     CrewWaitMixin`): the listener calls these methods on the operator instance, in the same process.
     """
 

@@ -2,7 +2,7 @@
 resume sends again. The record of a paid POST a retry reads is :mod:`.paid_post`.
 
 The kickoff and resume operators, the status sensor and the review tasks import this module. The
-wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_crew.waiting.task`.
+wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_crew.operators.wait`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.status import CrewState
-from airflow_provider_crew.waiting.task import XCOM_WEBHOOKS
+from airflow_provider_crew.waiting.xcom import XCOM_WEBHOOKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -17,7 +17,7 @@ from airflow_provider_crew.exceptions import (
     CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.human_input import human_input_webhook
+from airflow_provider_crew.hooks.human_input import check_pause_webhook, human_input_webhook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
@@ -27,6 +27,14 @@ from airflow_provider_crew.operators.base import (
     try_number,
 )
 from airflow_provider_crew.operators.paid_post import PaidPost
+from airflow_provider_crew.operators.wait import (
+    DEFAULT_TIMEOUT,
+    CrewWaitMixin,
+    default_deferrable,
+    epoch_seconds,
+    kicked_off_at_record,
+)
+from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -35,17 +43,7 @@ from airflow_provider_crew.waiting.rules import (
     Outcome,
     WaitResult,
 )
-from airflow_provider_crew.waiting.task import (
-    DEFAULT_TIMEOUT,
-    XCOM_KICKED_OFF_AT,
-    XCOM_KICKOFF_ID,
-    XCOM_WEBHOOKS,
-    CrewWaitMixin,
-    default_deferrable,
-    epoch_seconds,
-    kicked_off_at_record,
-)
-from airflow_provider_crew.waiting.task_stop import checked_stop_crew
+from airflow_provider_crew.waiting.xcom import XCOM_KICKED_OFF_AT, XCOM_KICKOFF_ID, XCOM_WEBHOOKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -213,31 +211,17 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def _validate_webhooks(self) -> None:
         for parameter in (*WEBHOOK_PARAMETERS, "human_input_webhook_url"):
             check_webhook_parameter(getattr(self, parameter), parameter)
-        if self.human_input_webhook_url and not self.human_input_webhook_conn_id:
-            raise CrewConfigurationError(
-                "human_input_webhook_url needs human_input_webhook_conn_id: a connection holding the bearer "
-                "token (password) or login and password the service must send to it."
-            )
-        if self.human_input_webhook_url and self.human_input_webhook_conn_id == DEFAULT_RECEIVER_CONN_ID:
-            raise CrewConfigurationError(
-                "human_input_webhook_url is set with human_input_webhook_conn_id="
-                f"{DEFAULT_RECEIVER_CONN_ID!r}: the webhook receiver builds each run's address itself. Leave "
-                "human_input_webhook_url out."
-            )
+        check_pause_webhook(self.human_input_webhook_url, self.human_input_webhook_conn_id)
 
     def _check_inputs_against_crew(self, hook: CrewHook, inputs: Mapping[str, Any]) -> None:
+        from airflow_provider_crew.models import inputs_mismatch
+
         expected = hook.get_inputs()
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
-            problems = []
-            if missing:
-                problems.append(f"missing {missing}")
-            if unknown:
-                problems.append(f"unknown {unknown}")
+        mismatch = inputs_mismatch(expected, inputs)
+        if mismatch:
             raise CrewConfigurationError(
-                f"inputs do not match what the crew expects ({'; '.join(problems)}). The crew declares "
-                f"{expected}. Nothing was started. Fix `inputs`, or set validate_inputs=False."
+                f"inputs do not match what the crew expects ({mismatch}). The crew declares {expected}. "
+                "Nothing was started. Fix `inputs`, or set validate_inputs=False."
             )
 
     # -- execution ----------------------------------------------------------------------------------

@@ -29,17 +29,15 @@ from airflow_provider_crew.operators.base import (
     why_answer_is_outdated,
 )
 from airflow_provider_crew.operators.paid_post import PaidPost
-from airflow_provider_crew.status import CrewState
-from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
-from airflow_provider_crew.waiting.task import (
+from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
-    XCOM_KICKOFF_ID,
-    XCOM_RESUME,
     CrewWaitMixin,
     default_deferrable,
 )
-from airflow_provider_crew.waiting.task_stop import checked_stop_crew
-from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT
+from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.status import CrewState
+from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
+from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_KICKOFF_ID, XCOM_RESUME
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -12,7 +12,7 @@ plugin apps; this one checks every call itself:
   one gets 404 and touches nothing. The token is never logged nor put in an exception's text.
 
 A webhook carries no result: it wakes the run's deferred waits on its execution (``kickoff_id``),
-and each woken task reads the status with the crew's token (:mod:`airflow_provider_crew.waiting.task`).
+and each woken task reads the status with the crew's token (:mod:`airflow_provider_crew.operators.wait`).
 Airflow fails a task resumed before the scheduler has handled its deferral (apache/airflow#67287), so
 a wake that comes before the trigger's race bound (``not_before``) is not applied: until then the
 trigger polls at most 5 s apart and ends the task itself. A wake at or after it is applied at once,
@@ -45,7 +45,8 @@ from airflow_provider_crew.hooks.webhook_receiver import (
     key_check,
     token_matches,
 )
-from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitFor
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor
 
 log = logging.getLogger(__name__)
 

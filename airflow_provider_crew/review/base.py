@@ -17,9 +17,10 @@ from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
+from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
-from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT, XCOM_KICKOFF_ID, CrewWaitMixin
-from airflow_provider_crew.waiting.task_stop import checked_stop_crew
+from airflow_provider_crew.waiting.xcom import XCOM_KICKOFF_ID
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

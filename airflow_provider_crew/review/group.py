@@ -26,12 +26,12 @@ from airflow.sdk import TaskGroup
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT
 from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id, wait_task_id
 from airflow_provider_crew.review.result import CrewReviewResultOperator
 from airflow_provider_crew.review.round import CrewReviewRoundOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
-from airflow_provider_crew.waiting.task import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from airflow.sdk.bases.notifier import BaseNotifier

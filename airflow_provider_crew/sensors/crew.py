@@ -10,12 +10,19 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue
 
 from airflow_provider_crew._compat import BaseSensorOperator
-from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
-from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.operators.wait import (
+    DEFAULT_TIMEOUT,
+    CrewWaitMixin,
+    default_deferrable,
+    seconds,
+    stopped_or_running,
+)
+from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -26,14 +33,6 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitResult,
 )
-from airflow_provider_crew.waiting.task import (
-    DEFAULT_TIMEOUT,
-    CrewWaitMixin,
-    default_deferrable,
-    seconds,
-    stopped_or_running,
-)
-from airflow_provider_crew.waiting.task_stop import checked_stop_crew
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -180,12 +179,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         poller = self._poller_for_pokes(context, kickoff_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         self._waiting = (kickoff_id, context, hook.config)  # what on_kill stops, when asked to
-        polled: CrewStatus | CrewError
-        try:
-            polled = hook.get_status(kickoff_id)
-        except CrewError as error:
-            polled = error
-        step = poller.step(polled)
+        step = poller.poll(lambda: hook.get_status(kickoff_id))
         if isinstance(step, WaitResult):
             return self._done(context, kickoff_id, step)
         return False  # the sensor's poke_interval and timeout govern the next poke

@@ -13,15 +13,15 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
-from airflow_provider_crew._compat import AIRFLOW_V_3_3_PLUS, task_instance_state
+from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.race import hold_until
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
-    CrewWaitEvent,
     Outcome,
     Poller,
     WaitFor,
@@ -183,7 +183,7 @@ class CrewStatusTrigger(BaseTrigger):
     return value, ``result`` or ``human_input``, ``status``, ``usage``; :func:`push_xcoms`). No
     worker starts and Airflow's deferral race cannot happen, so nothing is held back. Any other end
     resumes the task on a worker (``execute_complete``), held until ``not_before``, with an event
-    (:class:`~airflow_provider_crew.waiting.rules.CrewWaitEvent`) that carries the last status record
+    (:class:`~airflow_provider_crew.waiting.event.CrewWaitEvent`) that carries the last status record
     and, at a SUCCEEDED end, the final output once: the record comes without its copies of it.
 
     Every kwarg is a JSON primitive and none is a secret: the token is looked up from the
@@ -202,7 +202,7 @@ class CrewStatusTrigger(BaseTrigger):
         lost it, not that it is still queued.
     :param not_before: Epoch seconds before which no event is fired, however soon the wait ends. The
         task that deferred sets it to when Airflow has surely handled its exit (see
-        :func:`airflow_provider_crew.waiting.task.deferral_settle_seconds`): an event that resumes the task
+        :func:`airflow_provider_crew.waiting.race.deferral_settle_seconds`): an event that resumes the task
         before that can get it failed by Airflow's stale executor-event race.
     :param safety_poll_interval: Seconds between polls after the first one, when the crew's webhooks
         wake the wait (docs/webhook-wake.md); 0 polls on ``poll_interval``'s growing schedule. Until
@@ -310,10 +310,7 @@ class CrewStatusTrigger(BaseTrigger):
         try:
             await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
             while True:
-                try:
-                    step = poller.step(await hook.aget_status(self.kickoff_id, deadline=self.deadline))
-                except CrewError as error:
-                    step = poller.step(error)
+                step = await poller.apoll(hook.aget_status(self.kickoff_id, deadline=self.deadline))
                 if isinstance(step, WaitResult):
                     if safety_poll:
                         self._say_no_wake_came(poller.log, step)
@@ -327,7 +324,7 @@ class CrewStatusTrigger(BaseTrigger):
                 safety_poll = bool(self.safety_poll_interval) and not in_race_window
                 await asyncio.sleep(step)
         except asyncio.CancelledError:
-            if not AIRFLOW_V_3_3_PLUS:  # 3.3+ call on_kill for a user's action
+            if not TRIGGER_ON_KILL:  # else Airflow calls on_kill for a user's action
                 await stopping.finish_despite_cancels(self.stop_if_abandoned())
             raise
 
@@ -374,14 +371,7 @@ class CrewStatusTrigger(BaseTrigger):
             return
         if outcome_of(status, WaitFor(self.wait_for)) is not None:
             return  # finished, or paused where the wait ends at a pause: its task reads it
-        config = await hook.aget_config()
-        line = stopping.before_stop(config.base_url, self.kickoff_id, reason, enabled=config.stop_executions)
-        if line is not None:
-            log.info("%s", line)
-            return
-        result = await hook.astop(self.kickoff_id, patience=STOP_SECONDS)
-        level, line = stopping.after_stop(config.base_url, self.kickoff_id, reason, result)
-        log.log(level, "%s", line)
+        await stopping.astop(hook, self.kickoff_id, reason, log, patience=STOP_SECONDS)
 
     async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
         """The task's end, when this trigger may end it; else the event that resumes it on a worker,

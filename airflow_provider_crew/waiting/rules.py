@@ -13,11 +13,11 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
@@ -95,50 +95,6 @@ class Outcome(str, enum.Enum):
     # Not an end: the crew's webhook woke the wait (through Airflow's api-server). The task reads the
     # status itself and ends the wait, or waits on with the same deadlines (``CrewWaitEvent.wait``).
     WOKEN = "woken"
-
-
-class CrewWaitEvent(BaseModel):
-    """The payload of the trigger's one event; ``execute_complete`` validates it with this model.
-    At a SUCCEEDED end the output travels once: ``output``, beside a ``record`` less its copies."""
-
-    outcome: Outcome
-    kickoff_id: str
-    message: str
-    record: dict[str, Any] | None = None  # the last status record read (:func:`record_without_output`)
-    output: Any = None  # the final output, at a SUCCEEDED end only; absent, ``record`` holds it
-    # A woken wait's trigger arguments: the wait goes on from them, its deadlines unchanged.
-    wait: dict[str, Any] | None = None
-
-    @classmethod
-    def parse(cls, event: Any) -> CrewWaitEvent:
-        if not isinstance(event, dict):
-            raise CrewError(f"Expected a crew status event from the trigger, got {event!r}.")
-        try:
-            return cls.model_validate(event)
-        except ValidationError as error:
-            raise CrewError(
-                f"Malformed crew status event from the trigger ({error.error_count()} errors): {event!r}"
-            ) from None
-
-    @classmethod
-    def from_result(cls, kickoff_id: str, result: WaitResult) -> CrewWaitEvent:
-        status, fields = result.last_status, {}
-        if status is not None and status.state is CrewState.SUCCEEDED:
-            fields = {"record": record_without_output(status), "output": status.output}
-        elif status is not None:
-            fields = {"record": status.raw}
-        return cls(outcome=result.outcome, kickoff_id=kickoff_id, message=result.message, **fields)
-
-    def payload(self) -> dict[str, Any]:
-        """The event as JSON values, as a trigger fires it (``wait`` and ``output`` only when set)."""
-        exclude = {name for name in ("wait", "output") if name not in self.model_fields_set}
-        return self.model_dump(mode="json", exclude=exclude or None)
-
-    def to_result(self) -> WaitResult:
-        last_status = CrewStatus.from_response(self.record) if self.record is not None else None
-        if last_status is not None and "output" in self.model_fields_set:
-            last_status = last_status.model_copy(update={"output": self.output})
-        return WaitResult(outcome=self.outcome, message=self.message, last_status=last_status)
 
 
 def record_without_output(status: CrewStatus) -> dict[str, Any]:
@@ -367,7 +323,25 @@ class Poller:
             return self._last_record
         return CrewStatus.from_response(json.loads(self._last_record))
 
+    def poll(self, read: Callable[[], CrewStatus]) -> WaitResult | float:
+        """One poll: ``read`` the status and :meth:`step` with it, or with the error it raised. The
+        blocking wait, the sensor's poke and the task's first read come here; the trigger to :meth:`apoll`."""
+        try:
+            polled: CrewStatus | CrewError = read()
+        except CrewError as error:
+            polled = error
+        return self.step(polled)
+
+    async def apoll(self, read: Awaitable[CrewStatus]) -> WaitResult | float:
+        """:meth:`poll` in an event loop: ``read`` is the status request to await."""
+        try:
+            polled: CrewStatus | CrewError = await read
+        except CrewError as error:
+            polled = error
+        return self.step(polled)
+
     def step(self, polled: CrewStatus | CrewError) -> WaitResult | float:
+        """What the wait does after this poll: the result that ends it, or the seconds to the next."""
         now = self.clock()
         result = decide(
             polled,
@@ -423,10 +397,7 @@ def wait_blocking(
 ) -> WaitResult:
     """Poll in the worker until the wait ends (the non-deferrable path)."""
     while True:
-        try:
-            step = poller.step(get_status(poller.kickoff_id))
-        except CrewError as error:
-            step = poller.step(error)
+        step = poller.poll(lambda: get_status(poller.kickoff_id))
         if isinstance(step, WaitResult):
             return step
         sleep(step)

@@ -58,6 +58,47 @@ def reason_for_state(state: str | None, *, deferred: bool) -> str | None:
     return f"the task was marked {word}"
 
 
+def stop(hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float) -> StopResult | None:
+    """Stop an execution nobody waits for: ``POST /stop`` unless the connection turned stopping off or
+    its service has none, and one log line either way. The task, the trigger (:func:`astop`) and the
+    managed agent all stop through here.
+
+    :param hook: The ``CrewHook`` of the execution's connection.
+    :param reason: Why, in the log line's words (:data:`WAIT_TIMEOUT`, ...).
+    :param log: Where the line goes.
+    :param patience: Seconds the stop may take.
+    :return: The service's answer; None when nothing was sent (the line says why).
+    """
+    config = hook.config
+    if _not_stopping(config, kickoff_id, reason, log):
+        return None
+    result: StopResult = hook.stop(kickoff_id, patience=patience)
+    _log_stop(config, kickoff_id, reason, result, log)
+    return result
+
+
+async def astop(hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float) -> StopResult | None:
+    """:func:`stop` in an event loop (a trigger)."""
+    config = await hook.aget_config()
+    if _not_stopping(config, kickoff_id, reason, log):
+        return None
+    result: StopResult = await hook.astop(kickoff_id, patience=patience)
+    _log_stop(config, kickoff_id, reason, result, log)
+    return result
+
+
+def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any) -> bool:
+    line = before_stop(config.base_url, kickoff_id, reason, enabled=config.stop_executions)
+    if line is not None:
+        log.info("%s", line)
+    return line is not None
+
+
+def _log_stop(config: Any, kickoff_id: str, reason: str, result: StopResult, log: Any) -> None:
+    level, line = after_stop(config.base_url, kickoff_id, reason, result)
+    log.log(level, "%s", line)
+
+
 def before_stop(base_url: str, kickoff_id: str, reason: str, *, enabled: bool) -> str | None:
     """The log line when the execution is not to be stopped after all, else None (stop it).
 

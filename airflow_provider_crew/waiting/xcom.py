@@ -14,6 +14,12 @@ from typing import Any
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
 
+# XCom keys, named once: DAG authors pull them by these names.
+XCOM_KICKOFF_ID = "kickoff_id"
+XCOM_KICKED_OFF_AT = "kicked_off_at"
+XCOM_WEBHOOKS = "webhooks"
+XCOM_RESUME = "resume"
+# What a wait's end pushes (a trigger that ends the task pushes the same).
 XCOM_RESULT = "result"
 XCOM_STATUS = "status"
 XCOM_HUMAN_INPUT = "human_input"

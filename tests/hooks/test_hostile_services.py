@@ -24,7 +24,8 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome
 
 pytestmark = pytest.mark.integration
 

@@ -116,7 +116,7 @@ def test_the_wait_timeout_stops_the_execution(stop_home, crew_service, dag_id):
         deferred = result.stdout.index("Pausing task as DEFERRED")
         fired = result.stdout.index("[DAG TEST] Trigger completed")
         assert deferred < fired < result.stdout.index(line), result.stdout[-4000:]
-        assert "task_stop.py" in line  # logged by the task, not the trigger
+        assert "wait_stop.py" in line  # logged by the task, not the trigger
     status = result.xcom("kickoff", "status")
     assert status["stopped"] == {"reason": WAIT_TIMEOUT, "answer": "stopped"}
     assert status["state"] == "RUNNING"  # the last state the wait read, before the stop

@@ -397,9 +397,9 @@ def test_the_trigger_ends_the_task_only_where_nothing_needs_a_worker_at_its_end(
     from airflow.sdk import Asset
 
     from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
+    from airflow_provider_crew.operators import wait as task_module
     from airflow_provider_crew.review.result import CrewReviewResultOperator
     from airflow_provider_crew.review.round import CrewReviewRoundOperator
-    from airflow_provider_crew.waiting import task as task_module
 
     monkeypatch.setattr(task_module, "running_in_process_test", lambda: False)
     monkeypatch.setattr(task_module, "task_success_listeners", lambda: False)
@@ -452,7 +452,7 @@ def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
 ):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
-    from airflow_provider_crew.waiting import task as task_module
+    from airflow_provider_crew.operators import wait as task_module
 
     monkeypatch.setattr(task_module, "running_in_process_test", lambda: False)
     monkeypatch.setattr(task_module, "task_success_listeners", lambda: False)

@@ -10,9 +10,10 @@ import pytest
 from airflow_provider_crew.exceptions import CrewExecutionTimeoutError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import paid_post as operators_base
+from airflow_provider_crew.operators import wait_stop as task_stop
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
-from airflow_provider_crew.waiting import stopping, task_stop
+from airflow_provider_crew.waiting import stopping
 
 from .test_crew_http import SLOW_CREW, FakeStateStore, FakeTI
 

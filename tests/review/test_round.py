@@ -239,7 +239,7 @@ def test_round_defers_to_the_crew_trigger_held_until_airflow_has_handled_the_def
     ti = FakeTI()
     before = datetime.now(timezone.utc).timestamp()
     with (
-        mock.patch("airflow_provider_crew.waiting.task.deferral_settle_seconds", return_value=30.0),
+        mock.patch("airflow_provider_crew.operators.wait.deferral_settle_seconds", return_value=30.0),
         pytest.raises(TaskDeferred) as deferred,
     ):
         round_operator().execute(context(ti))
@@ -561,7 +561,7 @@ def test_result_fails_when_the_crew_pauses_again_after_the_last_round():
 
 
 def _result(record: dict):
-    from airflow_provider_crew.waiting.rules import CrewWaitEvent
+    from airflow_provider_crew.waiting.event import CrewWaitEvent
 
     outcome = {"PAUSED": "paused", "SUCCESS": "succeeded"}[record["state"]]
     return CrewWaitEvent.parse(crew_event(record, outcome=outcome)).to_result()

@@ -25,7 +25,7 @@ from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting.rules import CrewWaitEvent
+from airflow_provider_crew.waiting.event import CrewWaitEvent
 
 FAILING_CREW = {
     "name": "failing",
@@ -202,7 +202,7 @@ def test_the_deferrals_timeout_outlasts_the_race_hold_of_a_long_task_success_ove
 ):
     """A held event must reach its task: Airflow's own deferral timeout, fired before the hold ends,
     would end the task as a bare time-out, without the typed result or the stop."""
-    from airflow_provider_crew.waiting import task as task_module
+    from airflow_provider_crew.operators import wait as task_module
 
     monkeypatch.setattr(task_module, "deferral_settle_seconds", lambda: 140.0)  # task_success_overtime 120
     sensor = CrewStatusSensor(task_id="wait", kickoff_id=UNKNOWN_ID, timeout=30, deferrable=True)

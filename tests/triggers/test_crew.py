@@ -28,7 +28,8 @@ from airflow_provider_crew.hooks.client.transport import close_shared_sessions, 
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitFor
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor
 
 RESEARCH_INPUTS = {"topic": "tidal energy", "current_year": "2026"}
 SECRET = "trigger-test-token-5e8a2b"

@@ -93,7 +93,7 @@ async def test_a_cancel_stops_in_run_before_3_3_and_in_on_kill_from_3_3(
     crew_service, running, monkeypatch, airflow_3_3
 ):
     monkeypatch.setattr(trigger_module, "task_instance_state", lambda *args: "failed")
-    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", airflow_3_3)
+    monkeypatch.setattr(trigger_module, "TRIGGER_ON_KILL", airflow_3_3)
     trigger = trigger_for(running)
 
     async def drain() -> None:

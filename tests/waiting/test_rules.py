@@ -15,15 +15,8 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
 )
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import (
-    CrewWaitEvent,
-    Outcome,
-    Poller,
-    WaitFor,
-    WaitResult,
-    decide,
-    wait_blocking,
-)
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, WaitResult, decide, wait_blocking
 
 log = logging.getLogger("test")
 

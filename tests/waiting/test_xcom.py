@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_crew.status import CrewStatus
-from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome, WaitResult, record_without_output
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
 from airflow_provider_crew.waiting.xcom import NONE_WHEN_ABSENT, crew_output, result_xcoms
 
 BIG = "final report " + "x" * 2_000_000  # a 2 MB output

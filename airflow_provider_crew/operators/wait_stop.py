@@ -44,7 +44,7 @@ def checked_stop_crew(value: Any) -> bool | None:
 
 
 class CrewStopMixin:
-    """Stopping the execution a task waits for; mixed into :class:`~.task.CrewWaitMixin`."""
+    """Stopping the execution a task waits for; mixed into :class:`~.wait.CrewWaitMixin`."""
 
     crew_conn_id: str
     log: Any
@@ -146,17 +146,13 @@ class CrewStopMixin:
         *,
         patience: float = STOP_PATIENCE_SECONDS,
     ) -> str:
-        """``POST /stop`` (unless the connection turned stopping off, or the service has none), one log
-        line, and what the status XCom and the lineage facets say of it; returns what came of it."""
-        line = stopping.before_stop(config.base_url, kickoff_id, reason, enabled=config.stop_executions)
-        if line is not None:
-            self.log.info("%s", line)
-            return "not stopped (see the log)"
+        """:func:`~airflow_provider_crew.waiting.stopping.stop`, and what the status XCom and the lineage
+        facets say of it; returns what came of it."""
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         hook.__dict__["config"] = config  # no lookup: this may run while the task is being killed
-        result = hook.stop(kickoff_id, patience=patience)
-        level, line = stopping.after_stop(config.base_url, kickoff_id, reason, result)
-        self.log.log(level, "%s", line)
+        result = stopping.stop(hook, kickoff_id, reason, self.log, patience=patience)
+        if result is None:
+            return "not stopped (see the log)"
         followed = self.crew_execution or FollowedExecution(kickoff_id=kickoff_id)
         followed.stopped = {"reason": reason, "answer": result.outcome.value}
         self.crew_execution = followed

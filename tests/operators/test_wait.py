@@ -20,7 +20,8 @@ from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting.rules import CrewWaitEvent, Outcome
+from airflow_provider_crew.waiting.event import CrewWaitEvent
+from airflow_provider_crew.waiting.rules import Outcome
 from tests.conftest import RECEIVER_KEY
 
 pytestmark = pytest.mark.integration

@@ -30,11 +30,12 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
+from airflow_provider_crew.operators.wait_stop import CrewStopMixin
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, race_hold_enabled
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_NOT_FOUND_GRACE,
-    CrewWaitEvent,
     FollowedExecution,
     OnHumanInput,
     Outcome,
@@ -43,8 +44,7 @@ from airflow_provider_crew.waiting.rules import (
     WaitResult,
     wait_blocking,
 )
-from airflow_provider_crew.waiting.task_stop import CrewStopMixin
-from airflow_provider_crew.waiting.xcom import crew_output, end_log_line, result_xcoms
+from airflow_provider_crew.waiting.xcom import XCOM_KICKED_OFF_AT, crew_output, end_log_line, result_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -54,12 +54,6 @@ if TYPE_CHECKING:
 # The trigger and the webhook receiver are imported where a task defers: a DAG file that only
 # builds crew tasks does not pay for Airflow's trigger machinery at every parse (about 8 ms).
 
-# XCom keys, named once: DAG authors pull them by these names. What a wait's end pushes is named in
-# waiting.rules, which a trigger that ends the task reads too.
-XCOM_KICKOFF_ID = "kickoff_id"
-XCOM_KICKED_OFF_AT = "kicked_off_at"
-XCOM_WEBHOOKS = "webhooks"
-XCOM_RESUME = "resume"
 #: What a crew task adds to its serialized form, for the Crew tab in the api-server.
 SERIALIZED_FOR_THE_UI = frozenset({"crew_conn_id", "poll_interval", "max_poll_interval"})
 
@@ -456,7 +450,4 @@ def stopped_or_running(came_of_it: str | None) -> str:
 
 def _read_once(poller: Poller, hook: CrewHook) -> WaitResult | float:
     """One status read in the worker, stepped through the wait's rules."""
-    try:
-        return poller.step(hook.get_status(poller.kickoff_id, deadline=poller.deadline))
-    except CrewError as error:
-        return poller.step(error)
+    return poller.poll(lambda: hook.get_status(poller.kickoff_id, deadline=poller.deadline))
