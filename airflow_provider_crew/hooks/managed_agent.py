@@ -103,9 +103,14 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         """``crew.deployed``, ``<connection>:<prompt input>``. No network call, no connection lookup."""
         return ManagedAgentRef(platform=self.agent_platform, name=f"{self.crew_conn_id}:{agent}")
 
-    def get_agent_capabilities(self, agent: str) -> ManagedAgentCapabilities:
+    def agent_capabilities(self, agent: str) -> ManagedAgentCapabilities:
         """No conversation state; structured output, token usage and a trace (the kickoff id)."""
         return ManagedAgentCapabilities(sessions=False, structured_output=True, usage=True, trace=True)
+
+    # common.ai 1.0.0 declares get_agent_capabilities; apache/airflow's main branch renames it to
+    # agent_capabilities for the next release. Under either base class the hook is concrete and both
+    # names answer. Delete this name when the ai extra needs the release with the new one.
+    get_agent_capabilities = agent_capabilities
 
     def invoke_agent(self, agent: str, request: ManagedAgentRequest) -> ManagedAgentResponse:
         """Run one execution with the prompt in input ``agent``; wait for it within ``request.timeout``.

@@ -89,6 +89,49 @@ def test_naming_an_agent_and_its_capabilities_makes_no_request(crew_service, mon
     assert crew_service.counters["requests"] == dict.fromkeys(crew_service.counters["requests"], 0)
 
 
+def test_both_names_of_the_capabilities_answer_under_common_ai_1_0():
+    # 1.0.0's BaseManagedAgentHook declares get_agent_capabilities abstract; the hook is concrete.
+    assert CrewManagedAgentHook.__abstractmethods__ == frozenset()
+    hook = CrewManagedAgentHook()
+    assert hook.get_agent_capabilities("topic") == hook.agent_capabilities("topic")
+
+
+NEXT_RELEASE_BASE = """
+import abc
+from airflow.providers.common.ai.managed_agents import base
+
+class NextReleaseBase(abc.ABC):  # the base class of apache/airflow's main branch: only the new name
+    agent = base.BaseManagedAgentHook.agent
+
+    @abc.abstractmethod
+    def resolve_agent(self, agent): ...
+
+    @abc.abstractmethod
+    def agent_capabilities(self, agent): ...
+
+    @abc.abstractmethod
+    def invoke_agent(self, agent, request): ...
+
+base.BaseManagedAgentHook = NextReleaseBase
+from airflow_provider_crew.hooks.managed_agent import CrewManagedAgentHook
+
+assert NextReleaseBase in CrewManagedAgentHook.__mro__
+capabilities = CrewManagedAgentHook().agent_capabilities("topic")
+print(sorted(CrewManagedAgentHook.__abstractmethods__), capabilities.structured_output, capabilities.sessions)
+"""
+
+
+def test_the_hook_can_be_created_under_a_base_class_that_declares_only_the_new_name():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", NEXT_RELEASE_BASE], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]", "True", "False"]
+
+
 # -- the three error classes ------------------------------------------------------------------------
 
 
