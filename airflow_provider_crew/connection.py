@@ -57,8 +57,7 @@ _PREFIX = f"extra__{CONN_TYPE}__"
 
 # pydantic reads true as 1 and any case of a choice as no choice: numbers refuse true and false
 # (as text they fail to parse), choices are compared in lower case.
-_Seconds = Annotated[float, BeforeValidator(lambda value: str(value) if isinstance(value, bool) else value)]
-_Count = Annotated[int, BeforeValidator(lambda value: str(value) if isinstance(value, bool) else value)]
+_NOT_A_BOOL = BeforeValidator(lambda value: str(value) if isinstance(value, bool) else value)
 _LOWER_CASE = BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)
 
 
@@ -66,6 +65,11 @@ def _extra(name: str) -> Any:
     """The model's field for an extra of the form: its default and minimum."""
     schema = CONN_FIELDS[name]["schema"]
     return Field(schema["default"], ge=schema.get("minimum"))
+
+
+def _named(name: str) -> str:
+    """An extra as the user meets it in errors: the form's label, then the key it is stored under."""
+    return f"'{CONN_FIELDS[name]['label']}' (extra '{name}')"
 
 
 class CrewConnectionConfig(BaseModel):
@@ -82,17 +86,17 @@ class CrewConnectionConfig(BaseModel):
     base_url: str
     token: str = Field(repr=False, min_length=1)
     credential_kind: Annotated[TokenKind, _LOWER_CASE] = _extra("credential_kind")
-    connect_timeout: _Seconds = _extra("connect_timeout")
-    read_timeout: _Seconds = _extra("read_timeout")
+    connect_timeout: Annotated[float, _NOT_A_BOOL] = _extra("connect_timeout")
+    read_timeout: Annotated[float, _NOT_A_BOOL] = _extra("read_timeout")
     verify_tls: bool = _extra("verify_tls")
-    retry_limit: _Count = _extra("retry_limit")
-    retry_delay: _Seconds = _extra("retry_delay")
-    retry_budget: _Seconds = _extra("retry_budget")
-    max_response_bytes: _Count = _extra("max_response_bytes")
+    retry_limit: Annotated[int, _NOT_A_BOOL] = _extra("retry_limit")
+    retry_delay: Annotated[float, _NOT_A_BOOL] = _extra("retry_delay")
+    retry_budget: Annotated[float, _NOT_A_BOOL] = _extra("retry_budget")
+    max_response_bytes: Annotated[int, _NOT_A_BOOL] = _extra("max_response_bytes")
     status_path_style: Annotated[StatusPathStyle, _LOWER_CASE] = _extra("status_path_style")
     stop_executions: bool = _extra("stop_executions")
     wake_by_webhook: bool = _extra("wake_by_webhook")
-    safety_poll_interval: _Seconds = _extra("safety_poll_interval")
+    safety_poll_interval: Annotated[float, _NOT_A_BOOL] = _extra("safety_poll_interval")
     execution_url_template: str | None = _extra("execution_url_template")
 
     @field_validator("token")
@@ -104,8 +108,7 @@ class CrewConnectionConfig(BaseModel):
             if not "!" <= char <= "~":
                 raise CrewConnectionError(
                     f"'{TOKEN_LABEL}' (the connection's password) holds U+{ord(char):04X} at character "
-                    f"{position}: a space, line break or other character an HTTP header cannot carry. "
-                    "Paste the token from the crew's status tab again, without it."
+                    f"{position}, which an HTTP header cannot carry. Paste the token again without it."
                 )
         return token
 
@@ -116,23 +119,18 @@ class CrewConnectionConfig(BaseModel):
         Airflow UI, so a login in it would leak; the message says so without echoing the value."""
         if raw is None:
             return None
-        name, template = "execution_url_template", str(raw)
-        fix = (
-            f"Fix the '{CONN_FIELDS[name]['label']}' field of the connection, e.g. "
-            f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}."
-        )
+        template = str(raw)
         parts = urlsplit(template)
         if parts.username is not None or parts.password is not None:
-            problem = (
-                "must not contain a login or password: the link is shown in the Airflow UI and stored in XCom"
-            )
+            problem = "must not contain a login or password: the link is shown in the UI and stored in XCom"
         elif parts.scheme not in {"http", "https"} or not parts.hostname:
             problem = f"must be an http(s) URL, got {template!r}"
         elif KICKOFF_ID_PLACEHOLDER not in template:
             problem = f"has no {KICKOFF_ID_PLACEHOLDER} placeholder for the execution id, got {template!r}"
         else:
             return template
-        raise CrewConnectionError(f"Connection extra '{name}' {problem}. {fix}")
+        example = f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}"
+        raise CrewConnectionError(f"{_named('execution_url_template')} {problem}. Write e.g. {example}.")
 
     @classmethod
     def from_connection_fields(
@@ -147,30 +145,28 @@ class CrewConnectionConfig(BaseModel):
     ) -> CrewConnectionConfig:
         """Build the config from an Airflow connection's fields; errors name the field and the fix.
 
-        An empty extra takes the default; the token is the password, else the extra ``token``.
+        The token is the password, else the extra ``token``; an empty extra takes the default.
+        ``schema`` is a path appended to the base URL (``host``, see :func:`normalise_base_url`).
 
         :param conn_id: Named at the start of every error ("Connection 'crew_default': ..."). None
             leaves it out: Airflow's Test action tests under a random id the user never chose.
-        :param host: The connection's host, the crew's base URL.
-        :param password: The connection's password, the bearer token.
-        :param extra: The connection's extras (``extra_dejson``).
-        :param schema: The connection's schema: a path appended to the base URL.
-        :param port: The connection's port.
         """
-        given = {key: value for key, value in (extra or {}).items() if value is not None and value != ""}
-        fields = {key: value.strip() if isinstance(value, str) else value for key, value in given.items()}
+        stripped = {
+            key: value.strip() if isinstance(value, str) else value for key, value in (extra or {}).items()
+        }
+        fields = {key: value for key, value in stripped.items() if value is not None and value != ""}
         try:
             fields["base_url"] = normalise_base_url(host, port=port, path=schema)
             if password and password.strip():
                 fields["token"] = password.strip()
-            try:
-                return cls.model_validate(fields)
-            except ValidationError as invalid:
-                raise CrewConnectionError(_message(invalid.errors()[0], given)) from None
+            return cls.model_validate(fields)
+        except ValidationError as invalid:
+            message = _message(invalid.errors()[0])
         except CrewConnectionError as error:
-            if conn_id is None:
-                raise
-            raise CrewConnectionError(f"Connection {conn_id!r}: {error}") from None
+            message = str(error)
+        raise CrewConnectionError(
+            message if conn_id is None else f"Connection {conn_id!r}: {message}"
+        ) from None
 
     def execution_url(self, kickoff_id: str) -> str | None:
         """The execution's page in the crew's dashboard, or None when no template is set."""
@@ -179,40 +175,36 @@ class CrewConnectionConfig(BaseModel):
         return build_execution_url(self.execution_url_template, kickoff_id)
 
 
-def _message(error: ErrorDetails, given: Mapping[str, Any]) -> str:
-    """pydantic's error as the provider says it: the field, the value given, and the fix."""
-    key, kind = str(error["loc"][0]), error["type"]
-    name = key.removeprefix(_PREFIX)
+def _message(error: ErrorDetails) -> str:
+    """pydantic's error as the provider says it: the field, what it must be, the value read."""
+    name, kind = str(error["loc"][0]).removeprefix(_PREFIX), error["type"]
     if kind == "value_error":
         return str(error["ctx"]["error"])
     if name == "token":
         return (
-            f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the crew's "
-            "status tab in it."
+            f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the crew's status "
+            "tab in it."
         )
-    spec, raw, head = CONN_FIELDS[name], given.get(key), f"Connection extra '{name}'"
-    label, default = spec["label"], spec["schema"]["default"]
+    schema = CONN_FIELDS[name]["schema"]
     if kind == "enum":
-        allowed = ", ".join(repr(choice) for choice in spec["schema"]["enum"])
-        return f"{head} is {raw!r}; it must be one of {allowed}."
-    if kind.startswith("bool"):
+        expected = "one of " + ", ".join(repr(choice) for choice in schema["enum"])
+    elif kind.startswith("bool"):
         # pydantic's booleans, like Airflow's own settings, also read yes/no, on/off and 1/0.
-        return (
-            f"{head} must be true or false (yes/no, on/off and 1/0 are read too), got {raw!r}. "
-            f"Fix the '{label}' field of the connection."
-        )
-    if kind.startswith(("int", "float")):
-        what = "a whole number" if kind.startswith("int") else "a number of seconds"
-        return f"{head} must be {what}, got {raw!r}. Fix the '{label}' field of the connection."
-    if kind == "greater_than_equal" and float(error["input"]) >= 0:
-        minimum = spec["schema"]["minimum"]
-        return (
-            f"{head} must be at least {minimum}, got {error['input']}. Leave it out for the default "
-            f"({default})."
-        )
-    if kind in ("greater_than_equal", "finite_number"):
-        return f"{head} must not be negative, got {raw!r}. Set it to 0 or more (default {default})."
-    return f"{head} is {raw!r}: {error['msg']}."
+        expected = "true or false (yes/no, on/off and 1/0 are read too)"
+    elif kind == "greater_than_equal":
+        expected = f"{schema['minimum']} or more"
+    elif "integer" in schema["type"]:
+        expected = "a whole number"
+    elif kind == "finite_number":  # nan, inf, or a number too large for a float such as 1e309
+        expected = "a finite number of seconds"
+    elif kind.startswith("float"):
+        expected = "a number of seconds"
+    else:
+        return f"{_named(name)} is {error['input']!r}: {error['msg']}."
+    return (
+        f"{_named(name)} must be {expected}, got {error['input']!r}. Leave it empty for the default, "
+        f"{json.dumps(schema['default'])}."
+    )
 
 
 def build_execution_url(template: str, kickoff_id: str) -> str:
@@ -224,15 +216,10 @@ def build_execution_url(template: str, kickoff_id: str) -> str:
 
 
 def is_loopback_host(hostname: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): traffic that stays on the machine.
-
-    :param hostname: The host part of a URL, without brackets or port.
-    """
-    if hostname.lower() == "localhost":
-        return True
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): traffic that stays on the machine."""
     try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
+        return hostname.lower() == "localhost" or ipaddress.ip_address(hostname).is_loopback
+    except ValueError:  # a name other than localhost
         return False
 
 
@@ -241,69 +228,51 @@ def normalise_base_url(
 ) -> str:
     """Return the crew's base URL from the connection fields, or raise naming the field and the fix.
 
-    The rule for the scheme: https://, or http:// for a loopback host only (:data:`HTTP_RULE`).
-
-    ``port`` and ``path`` come apart from the host when the connection is written as a URI
+    https://, or http:// for a loopback host only (:data:`HTTP_RULE`). ``port`` and ``path`` come
+    apart from the host when the connection is written as a URI
     (``crew://https://:TOKEN@my-crew.example.com:443/v1``): Airflow puts them in port and schema.
     The form's Port field lands in ``port`` too. Port 0 means none: Airflow's Test action sends 0
     for an empty port.
 
-    :param host: The connection's host ('Crew base URL').
-    :param port: The connection's port, if any.
-    :param path: The connection's schema, a path appended to the URL (URI form only).
     :param label: The host field's name in the form, for the errors.
     """
-    host = (host or "").strip()
-    if not host:
+    url = (host or "").strip()
+    if not url:
+        raise CrewConnectionError(f"'{label}' is empty. Set it to the https:// address.")
+    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:  # not echoed: it holds a password
         raise CrewConnectionError(
-            f"'{label}' is empty. Set it (the connection's host) to the address, e.g. "
-            "https://my-crew-1234.example.com."
+            f"'{label}' holds a login or password (user:password@). Remove it: the address is shown in logs."
         )
-    if "@" in host.split("://", 1)[-1].split("/", 1)[0]:  # not echoed: it holds a password
-        raise CrewConnectionError(
-            f"'{label}' holds a login or password (user:password@). Remove it: the address is shown in "
-            "logs and errors, and the credential has a field of its own."
-        )
-    if any(char.isspace() for char in host):
-        raise CrewConnectionError(f"'{label}' {host!r} contains a space. Write the address without it.")
-    if "://" not in host:
-        raise CrewConnectionError(
-            f"'{label}' {host!r} has no scheme. Write the full address, e.g. https://{host}."
-        )
-    parts = urlsplit(host)
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise CrewConnectionError(
-            f"'{label}' {host!r} is not an https:// URL. Write it as https://<crew address>[/path]."
-        )
-    if parts.query or parts.fragment:
-        raise CrewConnectionError(
-            f"'{label}' {host!r} has a query or fragment (?... or #...). Remove it: the provider appends "
-            "the contract's paths (/kickoff, /inputs) to the address."
-        )
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        raise CrewConnectionError(
-            f"'{label}' {host!r} uses http://. Write https://{host.split('://', 1)[1]}: {HTTP_RULE}."
-        )
+    if port and not 0 < port < 65536:
+        raise CrewConnectionError(f"'{PORT_LABEL}' must be a number from 1 to 65535 or empty, got {port}.")
     try:
+        parts = urlsplit(url)
         url_port = parts.port
-    except ValueError:
-        raise CrewConnectionError(
-            f"'{label}' {host!r} has a port that is not a number from 1 to 65535."
-        ) from None
-    if port:
-        if not 0 < port < 65536:
-            raise CrewConnectionError(
-                f"'{PORT_LABEL}' must be a number from 1 to 65535, got {port}. Leave it empty to use "
-                f"the port in '{label}' or the scheme's default."
-            )
-        if url_port is None:
-            if port != DEFAULT_PORTS[parts.scheme]:
-                parts = parts._replace(netloc=f"{parts.netloc}:{port}")
-        elif url_port != port:
-            raise CrewConnectionError(
-                f"'{label}' {host!r} says port {url_port} but '{PORT_LABEL}' says {port}. Make them "
-                f"agree or leave '{PORT_LABEL}' empty."
-            )
+    except ValueError as error:  # an unclosed [, or a port that is not a number from 0 to 65535
+        raise CrewConnectionError(f"'{label}' {url!r} is not a valid URL ({error}).") from None
+    if any(char.isspace() for char in url):
+        problem = "contains a space. Remove it"
+    elif "://" not in url:
+        problem = f"has no scheme. Write the full address, e.g. https://{url}"
+    elif parts.scheme not in {"http", "https"} or not parts.hostname:
+        problem = "is not an https:// URL. Write it as https://<address>[/path]"
+    elif parts.query or parts.fragment:
+        problem = (
+            "has a query or fragment (?... or #...). Remove it: the provider appends paths to the address"
+        )
+    elif parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        problem = f"uses http://. Write https://{url.split('://', 1)[1]}: {HTTP_RULE}"
+    elif port and url_port and url_port != port:
+        problem = (
+            f"says port {url_port} but '{PORT_LABEL}' says {port}. Make them agree or leave '{PORT_LABEL}' "
+            "empty"
+        )
+    else:
+        problem = None
+    if problem:
+        raise CrewConnectionError(f"'{label}' {url!r} {problem}.")
+    if port and url_port is None and port != DEFAULT_PORTS[parts.scheme]:
+        parts = parts._replace(netloc=f"{parts.netloc}:{port}")
     if path and path.strip("/"):
         parts = parts._replace(path=f"{parts.path.rstrip('/')}/{path.strip('/')}")
     return parts.geturl().rstrip("/")
@@ -338,17 +307,13 @@ def connection_extra(connection: Any) -> dict[str, Any]:
     secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
     (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
     the connection; the one secret a ``crew`` extra can hold, ``token``, is masked here.
-
-    :param connection: An Airflow connection.
     """
     extra = extra_as_dict(
         connection.extra,
         invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
         "empty for the defaults.",
     )
-    secrets = [
-        extra[key] for key in ("token", f"extra__{CONN_TYPE}__token") if isinstance(extra.get(key), str)
-    ]
+    secrets = [extra[key] for key in ("token", _PREFIX + "token") if isinstance(extra.get(key), str)]
     if any(secrets):
         from airflow.providers.common.compat.sdk import mask_secret
 
@@ -362,8 +327,6 @@ def config_from_connection(
 ) -> CrewConnectionConfig:
     """Validate ``connection`` into a config; errors name the field and, by default, the connection.
 
-    :param connection: An Airflow connection of type ``crew``.
-    :param conn_id: The id it was looked up by.
     :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
         action, which tests under a random id the user never chose.
     """
@@ -388,15 +351,15 @@ def config_from_connection(
 
 
 def unread_extras(connection: Any) -> str | None:
-    """The extras of ``connection`` a ``crew`` connection does not read, each with the name it may be a
-    misspelling of (``read_timout`` is ignored, and its default used, without a word otherwise)."""
+    """The extras of ``connection`` the provider does not read, each with the name it may mean: a
+    misspelt ``read_timout`` is ignored, and its default used, without a word otherwise."""
     import difflib
 
     known = [*CONN_FIELDS, "token"]
     unread = []
     for key in extra_as_dict(connection.extra, invalid=""):
-        if key.removeprefix(_PREFIX) not in known:
-            close = difflib.get_close_matches(key.removeprefix(_PREFIX), known, n=1)
+        if (name := key.removeprefix(_PREFIX)) not in known:
+            close = difflib.get_close_matches(name, known, n=1)
             unread.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"Extras the crew provider does not read: {', '.join(unread)}." if unread else None
 
@@ -409,15 +372,3 @@ def missing_connection(conn_id: str) -> CrewConfigurationError:
         f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
         f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."
     )
-
-
-__all__ = [
-    "CrewConnectionConfig",
-    "CrewConnectionError",
-    "config_from_connection",
-    "connection_extra",
-    "extra_as_dict",
-    "missing_connection",
-    "normalise_base_url",
-    "unread_extras",
-]

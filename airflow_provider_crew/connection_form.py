@@ -172,24 +172,13 @@ def connection_form_widgets() -> dict[str, Any]:
 
     widgets: dict[str, Any] = {}
     for name, spec in CONN_FIELDS.items():
-        kinds = spec["schema"]["type"]
-        label = lazy_gettext(spec["label"])
-        default = spec["schema"].get("default")
-        validators = [Optional()]
-        if "enum" in spec["schema"]:
-            validators.append(any_of(spec["schema"]["enum"]))
-        if "boolean" in kinds:
-            widgets[name] = BooleanField(label, default=default, description=spec["description"])
-        elif "integer" in kinds:
-            widgets[name] = IntegerField(
-                label, validators=validators, default=default, description=spec["description"]
-            )
+        schema, label = spec["schema"], lazy_gettext(spec["label"])
+        shown = {"default": schema.get("default"), "description": spec["description"]}
+        validators = [Optional(), *([any_of(schema["enum"])] if "enum" in schema else [])]
+        if "boolean" in schema["type"]:
+            widgets[name] = BooleanField(label, **shown)
+        elif "integer" in schema["type"]:
+            widgets[name] = IntegerField(label, validators=validators, **shown)
         else:
-            widgets[name] = StringField(
-                label,
-                validators=validators,
-                widget=BS3TextFieldWidget(),
-                default=default,
-                description=spec["description"],
-            )
+            widgets[name] = StringField(label, validators=validators, widget=BS3TextFieldWidget(), **shown)
     return widgets

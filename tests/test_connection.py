@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError
-from airflow_provider_crew.connection_form import StatusPathStyle, TokenKind
+from airflow_provider_crew.connection_form import CONN_FIELDS, StatusPathStyle, TokenKind
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 
@@ -125,7 +125,7 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"host": None}, "'Crew base URL' is empty. Set it"),
+        ({"host": None}, "'Crew base URL' is empty. Set it to the https:// address."),
         ({"host": "  "}, "'Crew base URL' is empty"),
         (
             {"host": "crew.example.test"},
@@ -133,35 +133,73 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
         ),
         (
             {"host": "ftp://crew.example.test"},
-            "'Crew base URL' 'ftp://crew.example.test' is not an https:// URL",
+            "'Crew base URL' 'ftp://crew.example.test' is not an https:// URL. Write it as https://",
         ),
-        ({"host": "https://crew.example.test:99999"}, "has a port that is not a number from 1 to 65535"),
+        (
+            {"host": "https://crew.example.test:99999"},
+            "'Crew base URL' 'https://crew.example.test:99999' is not a valid URL (Port out of range",
+        ),
+        ({"host": "https://[::1"}, "'Crew base URL' 'https://[::1' is not a valid URL (Invalid IPv6 URL)"),
         (
             {"host": "https://crew.example.test:8443", "port": 9443},
-            "'Crew base URL' 'https://crew.example.test:8443' says port 8443 but 'Port' says 9443",
+            "'Crew base URL' 'https://crew.example.test:8443' says port 8443 but 'Port' says 9443. Make them agree",
         ),
-        ({"port": 70000}, "'Port' must be a number from 1 to 65535, got 70000"),
-        ({"password": ""}, "'Bearer token' \\(the connection's password\\) is empty"),
-        ({"password": None}, "'Bearer token' \\(the connection's password\\) is empty"),
+        ({"port": 70000}, "'Port' must be a number from 1 to 65535 or empty, got 70000."),
+        (
+            {"password": ""},
+            "'Bearer token' (the connection's password) is empty. Put the token from the crew's",
+        ),
+        ({"password": None}, "'Bearer token' (the connection's password) is empty"),
         (
             {"extra": {"status_path_style": "sideways"}},
-            "'status_path_style' is 'sideways'; it must be one of",
+            "'Status path style' (extra 'status_path_style') must be one of 'contract', 'deployed', 'auto', "
+            "got 'sideways'. Leave it empty for the default, \"auto\".",
         ),
-        ({"extra": {"read_timeout": -1}}, "'read_timeout' must not be negative"),
-        ({"extra": {"connect_timeout": "soon"}}, "'connect_timeout' must be a number of seconds"),
-        ({"extra": {"retry_limit": 1.5}}, "'retry_limit' must be a whole number"),
+        (
+            {"extra": {"read_timeout": -1}},
+            "'Read time-out (s)' (extra 'read_timeout') must be 0 or more, got -1. Leave it empty for the "
+            "default, 60.",
+        ),
+        ({"extra": {"safety_poll_interval": 0}}, "(extra 'safety_poll_interval') must be 1 or more, got 0."),
+        (
+            {"extra": {"connect_timeout": "soon"}},
+            "(extra 'connect_timeout') must be a number of seconds, got 'soon'",
+        ),
+        ({"extra": {"retry_limit": 1.5}}, "(extra 'retry_limit') must be a whole number, got 1.5."),
+        ({"extra": {"retry_limit": True}}, "(extra 'retry_limit') must be a whole number, got 'True'."),
         (
             {"extra": {"verify_tls": "maybe"}},
-            "'verify_tls' must be true or false \\(yes/no, on/off and 1/0 are read too\\), got 'maybe'. "
-            "Fix the 'Verify TLS certificate' field",
+            "'Verify TLS certificate' (extra 'verify_tls') must be true or false (yes/no, on/off and 1/0 are "
+            "read too), got 'maybe'. Leave it empty for the default, true.",
         ),
-        ({"extra": {"credential_kind": "admin"}}, "'credential_kind' is 'admin'"),
+        (
+            {"extra": {"credential_kind": "admin"}},
+            "(extra 'credential_kind') must be one of 'organization', 'user', got 'admin'",
+        ),
     ],
 )
 def test_bad_configuration_names_the_field(fields, expected):
-    with pytest.raises(CrewConnectionError, match=expected) as caught:
+    with pytest.raises(CrewConnectionError) as caught:
         config(**fields)
     assert str(caught.value).startswith("Connection 'crew_default': ")
+    assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize("raw", ["1e309", "-1e309", "nan", "inf", float("inf"), float("nan")])
+@pytest.mark.parametrize("name", ["connect_timeout", "read_timeout", "retry_delay", "retry_budget"])
+def test_a_number_of_seconds_that_is_not_finite_is_named_as_such(name, raw):
+    """1e309 reads as infinity: it was reported as "negative". The message says what is wrong."""
+    with pytest.raises(CrewConnectionError) as caught:
+        config(extra={name: raw})
+    label = CONN_FIELDS[name]["label"]
+    assert f"'{label}' (extra '{name}') must be a finite number of seconds, got {raw!r}." in str(caught.value)
+    assert "negative" not in str(caught.value)
+
+
+@pytest.mark.parametrize("raw", ["1e309", float("inf")])
+def test_a_whole_number_that_is_not_finite_is_named_as_such(raw):
+    with pytest.raises(CrewConnectionError, match=r"\(extra 'retry_limit'\) must be a whole number, got "):
+        config(extra={"retry_limit": raw})
 
 
 @pytest.mark.parametrize(
@@ -356,5 +394,5 @@ def test_airflows_test_action_names_the_field_not_the_random_id(monkeypatch):
 
 def test_hook_wraps_configuration_errors_as_crew_configuration_error(crew_conn):
     crew_conn(host="https://crew.example.test", read_timeout=-5)
-    with pytest.raises(CrewConfigurationError, match="'read_timeout' must not be negative"):
+    with pytest.raises(CrewConfigurationError, match=r"\(extra 'read_timeout'\) must be 0 or more, got -5"):
         CrewHook().config  # noqa: B018

@@ -19,6 +19,7 @@ Importing this module does not import Sphinx.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -306,22 +307,27 @@ INTERNAL = (
     "Crew tasks create it when they defer; DAG code does not. Every argument is a JSON value and none "
     "is a secret, so it survives a triggerer restart."
 )
-# A hook's methods a user calls; the form's class methods are Airflow's business.
-_NOT_FOR_USERS = frozenset({"get_ui_field_behaviour", "get_connection_form_widgets", "get_conn"})
+# A hook's methods a user calls; the form's class methods and the session behind get_conn are
+# Airflow's business.
+_NOT_FOR_USERS = frozenset({"get_ui_field_behaviour", "get_connection_form_widgets", "get_conn", "session"})
 
 
 def _method_rows(path: str) -> list[str]:
-    """A hook's public methods, with their signatures and what they do (the docstring's first line)."""
+    """A hook's public methods and properties, with their signatures and what they do (the docstring's
+    first line). A property is shown without parentheses: it is read, not called."""
     klass = import_object(path)
     rows = ["| Method | Returns | What it does |", "|---|---|---|"]
     for name, value in vars(klass).items():
-        if name.startswith("_") or name in _NOT_FOR_USERS or not inspect.isfunction(value):
+        is_property = isinstance(value, (property, functools.cached_property))
+        if name.startswith("_") or name in _NOT_FOR_USERS or not (is_property or inspect.isfunction(value)):
             continue
-        signature = inspect.signature(value)
+        function = (value.fget if isinstance(value, property) else value.func) if is_property else value
+        signature = inspect.signature(function)
         arguments = ", ".join(p for p in list(signature.parameters)[1:] if p not in ("kwargs",))
         returns = format_type(signature.return_annotation)
-        first = (inspect.getdoc(value) or "").split("\n\n", 1)[0].replace("\n", " ")
-        rows.append(f"| `{name}({arguments})` | {_markdown_text(returns)} | {_markdown_text(first)} |")
+        first = (inspect.getdoc(function) or "").split("\n\n", 1)[0].replace("\n", " ")
+        call = name if is_property else f"{name}({arguments})"
+        rows.append(f"| `{call}` | {_markdown_text(returns)} | {_markdown_text(first)} |")
     return [*rows, ""] if len(rows) > 2 else []
 
 
@@ -581,7 +587,39 @@ def api_page() -> str:
         no_retry = "yes" if issubclass(error, AirflowFailException) else "no"
         first = (inspect.getdoc(error) or "").split("\n\n", 1)[0]
         lines.append(f"| `{name}` | {no_retry} | {_markdown_text(first)} |")
+    lines += ["", *_managed_agent_errors()]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _managed_agent_errors() -> list[str]:
+    """The managed agent's own errors, each a class of common.ai's contract (docs/managed-agent.md)."""
+    path = "airflow_provider_crew.hooks.managed_agent"
+    try:
+        module = importlib.import_module(path)
+    except Exception as error:  # the ai extra is not installed
+        UNIMPORTABLE[path] = str(error)
+        return []
+    from airflow_provider_crew._compat import AirflowFailException
+
+    lines = [
+        "`CrewManagedAgentHook` raises these of its own, `common.ai`'s `ManagedAgentRejected` for inputs the "
+        "model may rephrase, and the errors above for a time-out, a 429, a 5xx or an unreachable service "
+        "(docs/managed-agent.md):",
+        "",
+        "```python",
+        f"from {path} import CrewAgentUnavailableError",
+        "```",
+        "",
+        "| Error | Base classes | Fails without retry | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, error in sorted(vars(module).items()):
+        if inspect.isclass(error) and issubclass(error, Exception) and error.__module__ == path:
+            bases = ", ".join(f"`{base.__name__}`" for base in error.__bases__)
+            no_retry = "yes" if issubclass(error, AirflowFailException) else "no"
+            first = (inspect.getdoc(error) or "").split("\n\n", 1)[0]
+            lines.append(f"| `{name}` | {bases} | {no_retry} | {_markdown_text(first)} |")
+    return lines
 
 
 # -- Sphinx -------------------------------------------------------------------------------------
