@@ -68,6 +68,9 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     without credentials. The human-input webhook gets a credential, which comes from an Airflow
     connection so that none sits in DAG code.
 
+    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
+    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+
     :param inputs: The crew's inputs, a mapping of input name to value. It may be an XComArg or
         come from ``.expand()``.
     :param crew_conn_id: The ``crew`` connection: base URL and bearer token.
@@ -91,24 +94,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``
         for a review downstream; ``"fail"`` fails the task without retry (the execution stays
         paused); ``"wait"`` keeps waiting for someone to resume it outside this task.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
-        Airflow's ``[operators] default_deferrable``.
-    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
-        up to ``max_poll_interval``.
-    :param max_poll_interval: Longest interval between status polls, in seconds.
     :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task and,
         unless ``stop_crew=False``, stops the execution.
     :param openlineage_include_values: With the OpenLineage provider installed, also send the
         input values and the output to lineage backends. Off by default, since they may be
         private; the input names, the state, the progress and the token usage are always sent
         (docs/lineage.md).
-    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
-        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
-        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
-        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
-        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
-        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.

@@ -66,6 +66,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     read: the execution moved on from the pause the feedback is about, found in the upstream task's
     XCom ``human_input``).
 
+    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
+    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+
     :param kickoff_id: Required. The execution to resume: the kickoff id, usually
         ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
     :param crew_task_id: The paused crew task the feedback is about, e.g.
@@ -88,22 +91,10 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
         ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
         waiting for someone to resume it.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
-        Airflow's ``[operators] default_deferrable``.
-    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
-        up to ``max_poll_interval``.
-    :param max_poll_interval: Longest interval between status polls, in seconds.
     :param timeout: How long to wait, in seconds or as a timedelta.
     :param openlineage_include_values: With the OpenLineage provider installed, also send the output
         to lineage backends. Off by default, since it may be private; the state, the progress and the
         token usage are always sent (docs/lineage.md).
-    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
-        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
-        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
-        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
-        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
-        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom kickoff_id: The kickoff id.

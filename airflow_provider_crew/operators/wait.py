@@ -116,6 +116,14 @@ class CrewWaitMixin(CrewStopMixin):
 
     ``crew_execution`` is what the task followed and how its wait ended: the "Crew execution" link
     and the OpenLineage facets read it, in the task's own process.
+
+    The texts of the parameters every crew task shares (docs/api.md shows them once):
+
+    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
+        Airflow's ``[operators] default_deferrable``.
+    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
+        up to ``max_poll_interval``.
+    :param max_poll_interval: Longest interval between status polls, in seconds.
     """
 
     crew_conn_id: str

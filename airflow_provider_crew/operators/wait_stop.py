@@ -44,7 +44,16 @@ def checked_stop_crew(value: Any) -> bool | None:
 
 
 class CrewStopMixin:
-    """Stopping the execution a task waits for; mixed into :class:`~.wait.CrewWaitMixin`."""
+    """Stopping the execution a task waits for; mixed into :class:`~.wait.CrewWaitMixin`.
+
+    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
+        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
+        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
+        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
+        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
+        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
+        webhook wake is on (docs/reliability.md).
+    """
 
     crew_conn_id: str
     log: Any

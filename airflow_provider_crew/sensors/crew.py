@@ -63,14 +63,15 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     crew task, with the same defaults (24 hours, 2 s). Like every crew task, the sensor returns the
     kickoff id; the final output is XCom ``result`` (``sensor.output["result"]``).
 
+    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
+    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+
     :param kickoff_id: The execution to watch: the kickoff id, usually ``kickoff.output``.
     :param crew_conn_id: The ``crew`` connection the execution was started with.
     :param on_human_input: What the wait does when the execution pauses for human input:
         ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
         ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
         waiting for someone to resume it.
-    :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
-        Airflow's ``[operators] default_deferrable``.
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter up
         to ``max_poll_interval`` (in poke and reschedule mode, the seconds between pokes). Airflow's
         ``poke_interval`` is another name for it here: give one of them.
@@ -89,13 +90,6 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     :param openlineage_include_values: With the OpenLineage provider installed, also send the
         output to lineage backends. Off by default, since it may be private; the state, the
         progress and the token usage are always sent (docs/lineage.md).
-    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
-        crew ends this task's wait: Airflow's ``execution_timeout``, the wait's ``timeout``, a user who
-        marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
-        (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
-        ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
-        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
-        webhook wake is on (docs/reliability.md).
 
     :xcom return_value: The kickoff id.
     :xcom result: When the execution finished: its final output, a ``dict`` for structured output;

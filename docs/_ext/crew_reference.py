@@ -25,7 +25,8 @@ import inspect
 import pkgutil
 import re
 import textwrap
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -244,6 +245,7 @@ def reference(obj_or_path: Any) -> Reference:
     obj = import_object(obj_or_path) if isinstance(obj_or_path, str) else obj_or_path
     path = f"{obj.__module__}.{obj.__qualname__}"
     summary, param_texts, xcom = docstring_fields(obj.__doc__)
+    own_texts = dict(param_texts)
     for base in _own_bases(obj):  # a parameter a base class defines is documented there, once
         base_params, base_xcom = docstring_fields(base.__doc__)[1:]
         param_texts = {**base_params, **param_texts}
@@ -285,7 +287,7 @@ def reference(obj_or_path: Any) -> Reference:
         parameters=parameters,
         xcom=xcom,
         undocumented=[p.name for p in parameters if not p.description],
-        unknown=[name for name in param_texts if name not in seen and name not in documented_elsewhere],
+        unknown=[name for name in own_texts if name not in seen and name not in documented_elsewhere],
     )
 
 
@@ -522,16 +524,46 @@ def _import_line(path: str) -> str:
     return f"from {IMPORT_HOME.get(module, module)} import {name}"
 
 
-def _vocabulary_table(refs: list[Reference]) -> list[str]:
-    rows = ["| Parameter | " + " | ".join(f"`{ref.name}`" for ref in refs) + " |"]
-    rows.append("|---|" + "---|" * len(refs))
+SAME_ON_EVERY_TASK = "As on every task: [The same words on every task](#the-same-words-on-every-task)."
+
+
+def shared_meanings(refs: list[Reference]) -> dict[str, str]:
+    """Each shared parameter's text where two or more tasks have it word for word (a base class's
+    docstring holds it once, :class:`~airflow_provider_crew.operators.wait.CrewWaitMixin`'s say); a
+    task that means more (the sensor's ``timeout``) keeps its own in its table."""
+    meanings: dict[str, str] = {}
+    for name in SHARED_PARAMETERS:
+        texts = Counter(p.description for ref in refs for p in ref.parameters if p.name == name)
+        common = texts.most_common(1)
+        if common and common[0][1] >= 2:
+            meanings[name] = common[0][0]
+    return meanings
+
+
+def _vocabulary_table(refs: list[Reference], meanings: dict[str, str]) -> list[str]:
+    rows = ["| Parameter | " + " | ".join(f"`{ref.name}`" for ref in refs) + " | Meaning |"]
+    rows.append("|---|" + "---|" * len(refs) + "---|")
     for name in SHARED_PARAMETERS:
         cells = []
         for ref in refs:
             found = next((p for p in ref.parameters if p.name == name), None)
             cells.append(_markdown_text(found.default) if found else "-")
-        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        meaning = _markdown_text(meanings.get(name, "")) or "Each task's own table says it."
+        if name in meanings and any(
+            p.name == name and p.description != meanings[name] for ref in refs for p in ref.parameters
+        ):
+            meaning += " (Where a task's own table says more, that holds for it.)"
+        rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {meaning} |")
     return rows
+
+
+def _pointing_to_shared(ref: Reference, meanings: dict[str, str]) -> Reference:
+    """``ref`` with each shared text replaced by a pointer to the table that holds it once."""
+    parameters = [
+        replace(p, description=SAME_ON_EVERY_TASK) if meanings.get(p.name) == p.description else p
+        for p in ref.parameters
+    ]
+    return replace(ref, parameters=parameters)
 
 
 def _xcom_table(refs: list[Reference]) -> list[str]:
@@ -550,7 +582,8 @@ def _xcom_table(refs: list[Reference]) -> list[str]:
 def api_page() -> str:
     """docs/api.md: the shared vocabulary, then every public class and function with its tables."""
     tasks = [ref for ref in map(_ref_or_none, API_TASKS) if ref is not None]
-    lines = [API_HEADER, "## The same words on every task", "", *_vocabulary_table(tasks), ""]
+    meanings = shared_meanings(tasks)
+    lines = [API_HEADER, "## The same words on every task", "", *_vocabulary_table(tasks, meanings), ""]
     lines += [
         "## Return values and XCom keys",
         "",
@@ -574,6 +607,7 @@ def api_page() -> str:
         ref = _ref_or_none(path)
         if ref is None:
             continue
+        ref = _pointing_to_shared(ref, meanings) if path in API_TASKS else ref
         lines += [f"## {ref.name}", "", "```python", _import_line(path), "```", "", markdown(ref)]
     lines += ["## Errors", "", "```python", "from airflow_provider_crew import exceptions", "```", ""]
     lines += ["| Error | Fails without retry | Meaning |", "|---|---|---|"]
