@@ -24,10 +24,11 @@ with DAG(
     ).expand(inputs=[{"topic": topic, "current_year": "2026"} for topic in TOPICS])
 
     @task
-    def collect(outputs: list[str]) -> dict[str, str]:
+    def collect(outputs: list[str | None]) -> dict[str, str | None]:
+        # Position i is map index i: an execution that paused for human input gives None in its place.
         collected = dict(zip(TOPICS, outputs, strict=True))
         for topic, output in collected.items():
-            print(f"{topic}: {output[:200]}")
+            print(f"{topic}: {output[:200] if output is not None else '(paused: see its human_input XCom)'}")
         return collected
 
     collect(research.output["result"])

@@ -30,10 +30,11 @@ def example_crew_task_decorator():
     details = research.expand(topic=TOPICS)  # one execution per topic
 
     @task
-    def publish(overview: str, details: list[str]) -> dict[str, str]:
+    def publish(overview: str | None, details: list[str | None]) -> dict[str, str | None]:
+        # Position i of a mapped task's ["result"] is map index i; None where that execution paused.
         report = {"overview": overview, **dict(zip(TOPICS, details, strict=True))}
         for name, output in report.items():
-            print(f"{name}: {output[:200]}")
+            print(f"{name}: {output[:200] if output is not None else '(paused: see its human_input XCom)'}")
         return report
 
     publish(overview["result"], details["result"])

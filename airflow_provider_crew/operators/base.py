@@ -7,8 +7,10 @@ wait itself (reading, deferring, XCom of the outcome) is :mod:`airflow_provider_
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_crew._compat import conf
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.xcom import XCOM_WEBHOOKS
@@ -21,6 +23,24 @@ if TYPE_CHECKING:
 
 # The notification webhooks a kickoff gives and a resume must give again (the service forgets them).
 WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
+
+
+def default_deferrable() -> bool:
+    """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def seconds(value: timedelta | float | int, parameter: str) -> float:
+    """A duration given as timedelta or seconds, checked to be positive; errors name the parameter."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CrewConfigurationError(
+            f"{parameter} must be a number of seconds or a timedelta, got {value!r}."
+        )
+    if value <= 0:
+        raise CrewConfigurationError(f"{parameter} must be greater than 0 seconds, got {value!r}.")
+    return float(value)
 
 
 def checked_kickoff_id(value: Any, parameter: str = "kickoff_id") -> str:

@@ -23,6 +23,7 @@ from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
     check_webhook_parameter,
+    default_deferrable,
     is_template_or_xcom,
     try_number,
 )
@@ -30,9 +31,6 @@ from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
-    default_deferrable,
-    epoch_seconds,
-    kicked_off_at_record,
 )
 from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.status import CrewState
@@ -43,7 +41,13 @@ from airflow_provider_crew.waiting.rules import (
     Outcome,
     WaitResult,
 )
-from airflow_provider_crew.waiting.xcom import XCOM_KICKED_OFF_AT, XCOM_KICKOFF_ID, XCOM_WEBHOOKS
+from airflow_provider_crew.waiting.xcom import (
+    XCOM_KICKED_OFF_AT,
+    XCOM_KICKOFF_ID,
+    XCOM_WEBHOOKS,
+    epoch_seconds,
+    kicked_off_at_record,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

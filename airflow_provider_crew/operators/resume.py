@@ -21,6 +21,7 @@ from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
     check_webhook_parameter,
     checked_kickoff_id,
+    default_deferrable,
     is_template_or_xcom,
     rendered_bool,
     resume_webhook_addresses,
@@ -32,7 +33,6 @@ from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
-    default_deferrable,
 )
 from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.status import CrewState

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_provider_crew._compat import BaseOperator, conf, running_in_process_test, task_success_listeners
+from airflow_provider_crew._compat import BaseOperator, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
@@ -30,6 +30,7 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
+from airflow_provider_crew.operators.base import seconds
 from airflow_provider_crew.operators.wait_stop import CrewStopMixin
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.event import CrewWaitEvent
@@ -44,7 +45,14 @@ from airflow_provider_crew.waiting.rules import (
     WaitResult,
     wait_blocking,
 )
-from airflow_provider_crew.waiting.xcom import XCOM_KICKED_OFF_AT, crew_output, end_log_line, result_xcoms
+from airflow_provider_crew.waiting.xcom import (
+    XCOM_KICKED_OFF_AT,
+    crew_output,
+    crew_partial,
+    end_log_line,
+    epoch_seconds,
+    result_xcoms,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -60,36 +68,6 @@ SERIALIZED_FOR_THE_UI = frozenset({"crew_conn_id", "poll_interval", "max_poll_in
 DEFAULT_TIMEOUT = timedelta(hours=24)
 #: The ``next_kwargs`` key that carries the execution's page URL through a deferral or a park.
 EXECUTION_URL_KWARG = "crew_execution_url"
-
-
-def default_deferrable() -> bool:
-    """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
-    return conf.getboolean("operators", "default_deferrable", fallback=False)
-
-
-def seconds(value: timedelta | float | int, parameter: str) -> float:
-    """A duration given as timedelta or seconds, checked to be positive; errors name the parameter."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CrewConfigurationError(
-            f"{parameter} must be a number of seconds or a timedelta, got {value!r}."
-        )
-    if value <= 0:
-        raise CrewConfigurationError(f"{parameter} must be greater than 0 seconds, got {value!r}.")
-    return float(value)
-
-
-def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any]:
-    """The XCom ``kicked_off_at`` value. The id is in it so that a wait pulling from a mapped
-    kickoff (a list of these) finds its own execution's."""
-    return {"kickoff_id": kickoff_id, "epoch_seconds": epoch_seconds}
-
-
-def epoch_seconds(record: Any) -> float | None:
-    """A record's ``epoch_seconds`` (XCom ``kicked_off_at``, a kickoff's retry record), or None."""
-    value = record.get("epoch_seconds") if isinstance(record, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def kicked_off_at_from_xcom(context: Context, kickoff_task_id: str, kickoff_id: str) -> float | None:
@@ -139,6 +117,11 @@ class CrewWaitMixin(CrewStopMixin):
         """Airflow's serialized fields plus the connection and the poll pace: the api-server's Crew tab
         reads them from the serialized DAG to follow a running execution (plugins/crew_views.py)."""
         return super().get_serialized_fields() | SERIALIZED_FOR_THE_UI  # type: ignore[misc]
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """Airflow's ``partial``; the mapped task it expands to reads its keys by map index too."""
+        return crew_partial(super().partial(**kwargs))  # type: ignore[misc]
 
     @property
     def output(self) -> Any:

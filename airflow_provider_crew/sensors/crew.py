@@ -14,12 +14,15 @@ from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
-from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.operators.base import (
+    checked_kickoff_id,
+    default_deferrable,
+    seconds,
+    upstream_task_id,
+)
 from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
-    default_deferrable,
-    seconds,
     stopped_or_running,
 )
 from airflow_provider_crew.operators.wait_stop import checked_stop_crew

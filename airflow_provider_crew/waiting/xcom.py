@@ -29,6 +29,18 @@ NONE_WHEN_ABSENT = frozenset({XCOM_RESULT, XCOM_STATUS, XCOM_HUMAN_INPUT, XCOM_U
 OUTPUT_LOG_LIMIT = 2000
 
 
+def kicked_off_at_record(kickoff_id: str, epoch_seconds: float) -> dict[str, Any]:
+    """The XCom ``kicked_off_at`` value. The id is in it so that a wait pulling from a mapped
+    kickoff (a list of these) finds its own execution's."""
+    return {"kickoff_id": kickoff_id, "epoch_seconds": epoch_seconds}
+
+
+def epoch_seconds(record: Any) -> float | None:
+    """A record's ``epoch_seconds`` (XCom ``kicked_off_at``, a kickoff's retry record), or None."""
+    value = record.get("epoch_seconds") if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def shorten(value: Any, limit: int = OUTPUT_LOG_LIMIT, *, rest: str = "more characters") -> str:
     """``value`` as text for a log line, cut after ``limit`` characters with a note of how many more."""
     text = value if isinstance(value, str) else repr(value)
@@ -108,7 +120,9 @@ def crew_output(operator: Any, key: str = "return_value") -> Any:
     Airflow's own XComArg raises ``XComNotFound`` for a missing key other than ``return_value``, so a
     TaskFlow task taking ``kickoff.output["result"]`` would fail when the kickoff ended at a pause
     (and one taking ``["human_input"]`` when it ended finished). Any other missing key still raises:
-    a misspelt key fails. Serialised, it is Airflow's plain XComArg (the scheduler reads it as one).
+    a misspelt key fails. Of a mapped task, such a key resolves to a list whose position *i* is map
+    index *i* (:func:`by_map_index`). Serialised, it is Airflow's plain XComArg (the scheduler reads it
+    as one, so ``.expand()`` over it maps over the values pushed).
     """
     return _crew_xcom_arg_class()(operator=operator, key=key)
 
@@ -130,6 +144,8 @@ def _crew_xcom_arg_class() -> type:
             return type(self)(operator=self.operator, key=item)
 
         def resolve(self, context: Any) -> Any:
+            if self.key in NONE_WHEN_ABSENT and self.operator.is_mapped:
+                return by_map_index(self.operator, self.key, context["ti"])
             try:
                 return super().resolve(context)
             except XComNotFound:
@@ -139,3 +155,50 @@ def _crew_xcom_arg_class() -> type:
 
     CrewXComArg.__module__, CrewXComArg.__qualname__ = __name__, "CrewXComArg"
     return CrewXComArg
+
+
+def crew_partial(partial: Any) -> Any:
+    """A crew task's ``partial()``, whose ``expand``/``expand_kwargs`` give a mapped task whose
+    ``.output`` is :func:`crew_output`'s, so that its keys pair with map indexes as ``@task.crew``'s do.
+
+    Airflow's ``MappedOperator.output`` is its plain XComArg, whatever the operator. The two classes
+    below add nothing but that (no state: a mapped task serialises, and is read back, as Airflow's
+    own). ``OperatorPartial._expand`` builds the mapped task for both ``expand`` and ``expand_kwargs``
+    on every Airflow 3 minor.
+    """
+    partial.__class__ = _crew_mapping_classes()
+    return partial
+
+
+@functools.cache
+def _crew_mapping_classes() -> type:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator, OperatorPartial
+
+    class CrewMappedOperator(MappedOperator):  # type: ignore[misc]
+        __slots__ = ()
+
+        @property
+        def output(self) -> Any:
+            return crew_output(self)
+
+    class CrewOperatorPartial(OperatorPartial):  # type: ignore[misc]
+        __slots__ = ()
+
+        def _expand(self, *args: Any, **kwargs: Any) -> Any:
+            mapped = super()._expand(*args, **kwargs)
+            mapped.__class__ = CrewMappedOperator
+            return mapped
+
+    return CrewOperatorPartial
+
+
+def by_map_index(task: Any, key: str, ti: Any) -> list[Any]:
+    """``key`` of every instance of the mapped ``task`` in ``ti``'s run: position *i* is map index *i*,
+    None where that instance pushed nothing (it ended at a pause, or did not wait).
+
+    Airflow's own resolution lists only the values pushed, so one paused instance moved every later
+    output a place up, and a ``zip`` with the inputs paired them wrongly without a word. One read per
+    instance (Airflow has no read of a key by map index in one request).
+    """
+    count = ti.get_ti_count(dag_id=task.dag_id, task_ids=[task.task_id], run_ids=[ti.run_id])
+    return [ti.xcom_pull(task_ids=task.task_id, key=key, map_indexes=index) for index in range(count)]

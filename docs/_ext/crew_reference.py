@@ -502,6 +502,13 @@ code disagree). Every name has one home: import it from the module shown.
 - Retries never start a second execution while one may still run (Airflow 3.3+ reattaches to it);
   only an execution that ended FAILED (or REVOKED) is started anew by a retry of the kickoff, which is
   what the retry is for.
+- A mapped crew task's `result`, `human_input`, `usage` and `status`, taken as an XComArg
+  (`kickoff.output["result"]`, `@task.crew`'s `["result"]`), are a list whose position *i* is map
+  index *i*, with None where that instance pushed nothing (it ended at a pause, say), on every
+  Airflow 3 minor: zip it with the inputs. `xcom_pull(task_ids=..., key=..., map_indexes=[0, 1, 2])`
+  gives the same. The REST API lists only the entries pushed, each with its `map_index`: pair by that
+  field, not by position. `.expand()` over such a key maps over the values pushed (the scheduler
+  expands it, with Airflow's own reading).
 - Templated booleans (`is_approve`) accept what Jinja renders: `True`/`False`, `true`/`false`.
 - A task that owns its execution's wait stops the execution (`POST /stop/{kickoff_id}`) when
   something other than the crew ends the wait: `execution_timeout`, the wait's `timeout`, a user

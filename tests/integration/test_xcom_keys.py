@@ -92,3 +92,18 @@ def test_after_an_end_human_input_is_none_downstream_and_the_output_is_stored_on
         ("result", -1): "success",
     }, result.stdout[-4000:]
     assert result.state == "success"
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferred"])
+def test_a_mapped_kickoffs_keys_pair_with_its_map_indexes_when_one_instance_pauses(
+    xcom_home, crew_service, crew_webhooks, deferrable
+):
+    result = run(xcom_home, crew_service, crew_webhooks, "crew_xcom_keys_mapped", deferrable=deferrable)
+
+    states = result.task_states()
+    assert [states[("kickoff", index)] for index in range(3)] == ["success"] * 3, result.stdout[-4000:]
+    assert states[("pair", -1)] == "success", result.stdout[-4000:]
+    assert result.xcom("pair") == {"tides": True, "glaciers": False, "volcanoes": True}
+    for index, topic in enumerate(["tides", "glaciers", "volcanoes"]):
+        kickoff_id = result.xcom("kickoff", map_index=index)
+        assert crew_service.executions[kickoff_id]["inputs"]["topic"] == topic

@@ -53,3 +53,37 @@ with DAG("crew_xcom_keys_finished", schedule=None, start_date=START, catchup=Fal
     )
     expect_none.override(task_id="human_input_is_none")(finished.output["human_input"])
     expect_output.override(task_id="result")(finished.output["result"])
+
+
+TOPICS = ["tides", "glaciers", "volcanoes"]
+
+
+@task
+def pair(results, human_inputs, usages, statuses, **context):
+    """Position i is map index i, however the keys are read: the middle instance paused."""
+    pulled = context["ti"].xcom_pull(task_ids="kickoff", key="result", map_indexes=[0, 1, 2])
+    assert list(results) == pulled, (results, pulled)
+    assert [value is None for value in results] == [False, True, False], results
+    assert [value is None for value in human_inputs] == [True, False, True], human_inputs
+    assert [value is None for value in usages] == [False, True, False], usages
+    assert [status["state"] for status in statuses] == ["SUCCESS", "PAUSED", "SUCCESS"], statuses
+    paired = dict(zip(TOPICS, results, strict=True))
+    assert "tides" in paired["tides"] and "volcanoes" in paired["volcanoes"], paired
+    return {topic: output is not None for topic, output in paired.items()}
+
+
+with DAG("crew_xcom_keys_mapped", schedule=None, start_date=START, catchup=False):
+    # Three executions of the review crew; only the middle one gets a human-input webhook, so only it
+    # pauses (on_human_input="return" ends its task there) while the others finish.
+    mapped = CrewKickoffOperator.partial(task_id="kickoff", crew_conn_id="crew_review", **FAST).expand_kwargs(
+        [
+            {
+                "inputs": {"topic": topic, "audience": "reviewers"},
+                "human_input_webhook_conn_id": "human_hook" if topic == "glaciers" else None,
+            }
+            for topic in TOPICS
+        ]
+    )
+    pair(
+        mapped.output["result"], mapped.output["human_input"], mapped.output["usage"], mapped.output["status"]
+    )
