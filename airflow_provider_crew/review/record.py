@@ -5,7 +5,8 @@
 - :class:`RoundRetry`: what a round keeps in the task state store (Airflow 3.3+), built once per run
   of the task, so that a retry neither asks twice nor applies an answer twice.
 
-The records are typed dicts: their JSON form is the XCom value docs/api.md documents.
+The records are typed dicts: their JSON form is the XCom value docs/human-review.md and docs/api.md
+document.
 """
 
 from __future__ import annotations
