@@ -8,8 +8,9 @@ group of review rounds and a result task:
   every round's record);
 - :mod:`.base`: what both share, with the one definition of their shared parameters;
 - :mod:`.request`: what the reviewer reads (the request's text, the answer options);
-- :mod:`.answer`: how a round waits for the answer (parking, or its trigger on 3.1-3.2), reads it,
-  and keeps it in the task state store for a retry.
+- :mod:`.answer`: how a round waits for the answer (parking, or its trigger on 3.1-3.2) and reads it;
+- :mod:`.record`: the round's typed records (the request, the round's record) and what it keeps in the
+  task state store for a retry.
 """
 
 from __future__ import annotations

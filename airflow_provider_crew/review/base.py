@@ -19,6 +19,7 @@ from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
 from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.review.record import RoundRecord, is_round_record
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
 from airflow_provider_crew.waiting.xcom import XCOM_KICKOFF_ID
 
@@ -112,7 +113,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self._follow_execution(context, CrewHook(crew_conn_id=self.crew_conn_id), kickoff_id)
         return kickoff_id
 
-    def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[RoundRecord]:
         """The records of the given rounds that ran, in order (a skipped round has none)."""
         if not task_ids:
             return []
@@ -120,7 +121,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)
         if not isinstance(values, list):
             values = [values]
-        return [value for value in values if isinstance(value, dict) and "round" in value]
+        return [value for value in values if is_round_record(value)]
 
 
 # ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.status import CrewStatus
+
+if TYPE_CHECKING:
+    from airflow_provider_crew.review.record import RoundRecord
 
 APPROVE = "Approve"
 REQUEST_CHANGES = "Request changes"
@@ -27,7 +30,7 @@ OUTPUT_BODY_LIMIT = 20_000
 def review_body(
     kickoff_id: str,
     status: CrewStatus,
-    earlier: Sequence[Mapping[str, Any]],
+    earlier: Sequence[RoundRecord],
     *,
     round_number: int,
     total_rounds: int,
@@ -82,7 +85,7 @@ def _header(kickoff_id: str, crew_task: str, round_number: int, total_rounds: in
     ]
 
 
-def _asked_again(earlier: Sequence[Mapping[str, Any]], retried: bool) -> list[str]:
+def _asked_again(earlier: Sequence[RoundRecord], retried: bool) -> list[str]:
     """Why the reviewer sees this output again: the last round's answer, or a try, was not applied."""
     last = earlier[-1] if earlier else None
     if last is not None and not last.get("applied"):
@@ -109,7 +112,7 @@ def _progress(status: CrewStatus) -> list[str]:
     return ["### Progress", "", progress, ""] if progress else []
 
 
-def _earlier_rounds(earlier: Sequence[Mapping[str, Any]]) -> list[str]:
+def _earlier_rounds(earlier: Sequence[RoundRecord]) -> list[str]:
     if not earlier:
         return []
     lines = ["### Earlier rounds", ""]

@@ -9,8 +9,8 @@
    Airflow's stale executor-event race (see
    :func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
 
-The request's text is :mod:`.request`; waiting for the answer, reading it and keeping it for a
-retry, :mod:`.answer`.
+The request's text is :mod:`.request`; waiting for the answer and reading it, :mod:`.answer`; the
+round's records (the request, the round's record, what it keeps for a retry), :mod:`.record`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from airflow_provider_crew.operators.base import (
     check_webhook_parameter,
     resume_webhook_addresses,
     try_number,
+    why_answer_is_outdated,
 )
 from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
+from airflow_provider_crew.review.record import ReviewRequest, RoundRecord, RoundRetry
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
@@ -154,32 +156,34 @@ class CrewReviewRoundOperator(ReviewTaskBase):
 
     # -- waiting for the crew ------------------------------------------------------------------
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> RoundRecord:
         kickoff_id = self._start(context)
-        records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
-        kept = records.applied_by_earlier_try(kickoff_id)
-        if kept is not None:
-            return kept
+        kept = self._kept_for_retry(context, kickoff_id)
+        applied = kept.applied_by_earlier_try()
+        if applied is not None:
+            return applied
         # Usually over at the first read (the sensor before the round saw the pause); else _wait defers.
         result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
-        return self._on_crew_result(context, kickoff_id, result)
+        return self._on_crew_result(context, kept, result)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> RoundRecord:
         """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
         kickoff_id, result = self._result_from_event(context, event)
-        return self._on_crew_result(context, kickoff_id, result)
+        return self._on_crew_result(context, self._kept_for_retry(context, kickoff_id), result)
 
     def _trigger_success_outcomes(self) -> list[str]:
         return []  # a pause must be asked about, and an end skips the round: both on a worker
 
-    def _on_crew_result(self, context: Context, kickoff_id: str, result: WaitResult) -> dict[str, Any]:
+    def _kept_for_retry(self, context: Context, kickoff_id: str) -> RoundRetry:
+        """What this round keeps for a retry: built once per run of the task (each resume included)."""
+        return RoundRetry(context, kickoff_id, self.round_number, self.log, self.timeout)
+
+    def _on_crew_result(self, context: Context, kept: RoundRetry, result: WaitResult) -> NoReturn:
+        kickoff_id = kept.kickoff_id
         self._end_wait(kickoff_id, result, context)
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
-            records = answer.RoundRecords(context, self.round_number, self.log, self.timeout)
-            if records.asked_before(kickoff_id, status):
-                self._collect_earlier_answer(context, kickoff_id, status)  # defers, like _ask parks
-            self._ask(context, kickoff_id, status)  # parks: returns only through execute_review
+            self._ask(context, kept, status)  # parks or defers: returns only through execute_review
         if status is not None:
             context["ti"].xcom_push(key=XCOM_STATUS, value=record_without_output(status))
         if not self._rounds_before(context, self.round_task_ids[: self.round_number - 1]):
@@ -194,77 +198,67 @@ class CrewReviewRoundOperator(ReviewTaskBase):
 
     # -- asking the reviewer --------------------------------------------------------------------
 
-    def _ask(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
-        """Write this round's request and wait for the answer without a worker slot."""
-        written = self._write_request(context, kickoff_id, status)
+    def _ask(self, context: Context, kept: RoundRetry, status: CrewStatus) -> NoReturn:
+        """Write this round's request and wait for the answer without a worker slot.
+
+        When an earlier try asked about this very pause, the request Airflow holds is left as it is
+        and the answer given to it, if any, is collected once the triggerer reads it (a task cannot
+        read a request's answer on Airflow 3.3; a trigger can). If there is none, the request stays
+        open as it was.
+        """
+        written = self._write_request(context, kept.kickoff_id, status)
+        resume_with = self._resume_kwargs(
+            {"kickoff_id": kept.kickoff_id, "crew_task_id": status.paused_task_id}
+        )
+        if kept.asked_before(status):
+            self.log.warning(
+                "Round %d asked about this pause in an earlier try, which Airflow ended before an "
+                "answer was applied (an answer that lands before the scheduler has handled the "
+                "parking, apache/airflow#72716). Collecting the answer given to that request, if any, "
+                "instead of asking again.",
+                self.round_number,
+            )
+            answer.collect(self, context, resume_with)
         self.log.info(
             "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
             self.round_number,
-            kickoff_id,
+            kept.kickoff_id,
             written["crew_task"],
             shorten(status.paused_task_output),
         )
         for notifier in self.notifiers:
             notifier(context)
-        answer.RoundRecords(context, self.round_number, self.log, self.timeout).keep_asked(kickoff_id, status)
-        answer.park_for_answer(
-            self,
-            context,
-            subject=written["subject"],
-            body=written["body"],
-            assigned_users=[dict(user) for user in self.assigned_users],
-            **self._answer_wait(kickoff_id, status),
-        )
+        kept.keep_asked(status)
+        answer.ask(self, context, written, resume_with)
 
-    def _collect_earlier_answer(self, context: Context, kickoff_id: str, status: CrewStatus) -> NoReturn:
-        """Wait for the answer to the request an earlier try wrote, without writing it again.
-
-        An answer already given to that request is applied once the triggerer reads it; if there is
-        none, the request stays open as it was. (A task cannot read a request's answer on Airflow
-        3.3; a trigger can.)
-        """
-        self._write_request(context, kickoff_id, status)
-        self.log.warning(
-            "Round %d asked about this pause in an earlier try, which Airflow ended before an answer "
-            "was applied (an answer that lands before the scheduler has handled the parking, "
-            "apache/airflow#72716). Collecting the answer given to that request, if any, instead of "
-            "asking again.",
-            self.round_number,
-        )
-        answer.defer_until_answered(self, context, **self._answer_wait(kickoff_id, status))
-
-    def _answer_wait(self, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
-        """How the round waits for the answer, whether it writes the request or collects it."""
-        return {
-            "approve_on_timeout": self.approve_on_timeout,
-            "response_timeout": self.response_timeout,
-            "method_name": "execute_review",
-            "kwargs": self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}),
-        }
-
-    def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> dict[str, Any]:
+    def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> ReviewRequest:
         """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""
-        earlier = self._rounds_before(context, self.round_task_ids[: self.round_number - 1])
         crew_task = request.crew_task_name(status)
         subject = self.subject.replace("{task}", crew_task)
-        written: dict[str, Any] = {
+        total_rounds = len(self.round_task_ids)
+        body = request.review_body(
+            kickoff_id,
+            status,
+            self._rounds_before(context, self.round_task_ids[: self.round_number - 1]),
+            round_number=self.round_number,
+            total_rounds=total_rounds,
+            inputs=self.inputs,
+            response_timeout=self.response_timeout,
+            approve_on_timeout=self.approve_on_timeout,
+            retried=try_number(context) > 1,
+            stops_crew=self._stops_crew() and CrewHook(crew_conn_id=self.crew_conn_id).config.stop_executions,
+        )
+        written: ReviewRequest = {
             "round": self.round_number,
             "kickoff_id": kickoff_id,
             "crew_task_id": status.paused_task_id,
             "crew_task": crew_task,
             "output": status.paused_task_output,
-            "subject": f"{subject} (round {self.round_number} of {len(self.round_task_ids)})",
-            "body": self.review_body(
-                kickoff_id,
-                status,
-                earlier,
-                retried=try_number(context) > 1,
-                stops_crew=self._stops_crew()
-                and CrewHook(crew_conn_id=self.crew_conn_id).config.stop_executions,
-            ),
+            "subject": f"{subject} (round {self.round_number} of {total_rounds})",
+            "body": body,
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=written)
-        self.body = written["body"]
+        self.body = body
         return written
 
     # -- the answer ------------------------------------------------------------------------------
@@ -276,14 +270,15 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         *,
         kickoff_id: str,
         crew_task_id: str,
-    ) -> dict[str, Any]:
+    ) -> RoundRecord:
         """Back from the human-in-the-loop wait: send the answer to the crew and end the round.
 
         :param event: The human-in-the-loop event (answer, or an error such as a time-out).
         :param kickoff_id: The execution under review.
         :param crew_task_id: The paused crew task the answer is about.
         """
-        asked = self._pull(context, XCOM_REVIEW_REQUEST) or {}
+        ti = context["ti"]
+        asked = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REVIEW_REQUEST, map_indexes=ti.map_index) or {}
         try:
             given = answer.answer_from_event(
                 event,
@@ -301,7 +296,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
                 "stop_crew=False to crew_human_review."
             ) from None
-        record: dict[str, Any] = {
+        record: RoundRecord = {
             "round": self.round_number,
             "crew_task_id": crew_task_id,
             "crew_task": asked.get("crew_task"),
@@ -319,28 +314,27 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 raise CrewReviewRoundsExhaustedError(
                     f"All {len(self.round_task_ids)} review rounds are used and round {self.round_number} "
                     f"asked for changes: crew execution {kickoff_id} stays paused on task "
-                    f"{asked.get('crew_task') or crew_task_id!r}, the feedback was not sent. To go on, "
+                    f"{record['crew_task'] or crew_task_id!r}, the feedback was not sent. To go on, "
                     "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
                 )
         record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, kickoff_id, record)
+        return self._send(context, self._kept_for_retry(context, kickoff_id), record)
 
-    def _send(self, context: Context, kickoff_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    def _send(self, context: Context, kept: RoundRetry, record: RoundRecord) -> RoundRecord:
         """Resume the execution with the answer, unless it no longer waits on the reviewed output.
 
-        :param kickoff_id: The execution under review.
+        :param kept: What this round keeps for a retry, with the record of its ``POST /resume``.
         :param record: This round's record with the answer; returned marked applied, or with a note why not.
         """
-        crew_task_id, output = record["crew_task_id"], record["output"]
+        kickoff_id, crew_task_id, output = kept.kickoff_id, record["crew_task_id"], record["output"]
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
         if moved_on:
             return self._not_sent(record, moved_on)
         self._refuse_own_crew_webhook(hook)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
-        resume = answer.RoundRecords(context, self.round_number, self.log, self.timeout).resume(kickoff_id)
         try:
-            result = resume.send(
+            result = kept.resume.send(
                 lambda: hook.resume(
                     kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
                 ),
@@ -363,12 +357,14 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         return record
 
     @staticmethod
-    def _applied(record: dict[str, Any], result: ResumeResult) -> dict[str, Any]:
+    def _applied(record: RoundRecord, result: ResumeResult) -> RoundRecord:
         """The round's record marked applied, with the service's answer to the resume."""
-        record.update(applied=True, resume_status=result.status.value, resume_message=result.message)
+        record.update(
+            {"applied": True, "resume_status": result.status.value, "resume_message": result.message}
+        )
         return record
 
-    def _not_sent(self, record: dict[str, Any], why: str) -> dict[str, Any]:
+    def _not_sent(self, record: RoundRecord, why: str) -> RoundRecord:
         record["note"] = why
         self.log.warning("Round %d: the answer was not applied. %s", self.round_number, why)
         return record
@@ -380,7 +376,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         except CrewError as error:
             self.log.warning("Could not read the status before resuming (%s); sending the answer.", error)
             return None
-        return answer.why_answer_is_outdated(status, crew_task_id, output)
+        return why_answer_is_outdated(status, crew_task_id, output)
 
     def _let_stale_pause_pass(
         self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None
@@ -396,46 +392,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 status = hook.get_status(kickoff_id)
             except CrewError:
                 return  # the next round's wait handles errors and 404s properly
-            if answer.why_answer_is_outdated(status, crew_task_id, output) is not None:
+            if why_answer_is_outdated(status, crew_task_id, output) is not None:
                 return  # the service no longer shows the answered pause
             time.sleep(min(self.poll_interval, 1.0))
         self.log.warning("Crew execution %s still shows the answered pause.", kickoff_id)
-
-    def _pull(self, context: Context, key: str) -> Any:
-        ti = context["ti"]
-        return ti.xcom_pull(task_ids=self.task_id, key=key, map_indexes=ti.map_index)
-
-    # -- the request text -------------------------------------------------------------------------
-
-    def review_body(
-        self,
-        kickoff_id: str,
-        status: CrewStatus,
-        earlier: list[dict[str, Any]],
-        *,
-        retried: bool = False,
-        stops_crew: bool = False,
-    ) -> str:
-        """The Markdown the reviewer reads in this round (:func:`.request.review_body`).
-
-        :param kickoff_id: The execution under review.
-        :param status: The status record of the pause.
-        :param earlier: The records of the earlier rounds, in order.
-        :param retried: Whether an earlier try of this round ended without an answer being applied.
-        :param stops_crew: Whether no answer within ``response_timeout`` stops the execution.
-        """
-        return request.review_body(
-            kickoff_id,
-            status,
-            earlier,
-            round_number=self.round_number,
-            total_rounds=len(self.round_task_ids),
-            inputs=self.inputs,
-            response_timeout=self.response_timeout,
-            approve_on_timeout=self.approve_on_timeout,
-            retried=retried,
-            stops_crew=stops_crew,
-        )
 
 
 __all__ = ["CrewReviewRoundOperator"]

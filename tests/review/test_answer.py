@@ -9,12 +9,9 @@ from typing import Any
 import pytest
 
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
-from airflow_provider_crew.review.answer import (
-    ReviewAnswer,
-    answer_from_event,
-    feedback_for_crew,
-    why_answer_is_outdated,
-)
+from airflow_provider_crew.operators.base import why_answer_is_outdated
+from airflow_provider_crew.review.answer import answer_from_event, feedback_for_crew
+from airflow_provider_crew.review.record import ReviewAnswer
 from tests.review.test_request import KICKOFF_ID, OUTPUT, TASK_ID, paused
 
 

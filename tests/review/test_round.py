@@ -19,7 +19,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import paid_post as operators_base
-from airflow_provider_crew.review import answer as review_answer
+from airflow_provider_crew.review import record as review_record
 from airflow_provider_crew.status import CrewStatus
 
 needs_3_1 = pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="human review needs Airflow 3.1+")
@@ -202,19 +202,22 @@ def test_bad_configuration_fails_at_parse(kwargs, message):
 
 
 @needs_3_1
-def test_body_shows_this_rounds_number_inputs_time_limit_and_earlier_rounds():
-    # The text itself is tested in tests/test_review.py; this is what the round fills in.
-    earlier = [
-        {
-            "round": 1,
-            "answer": "Request changes",
-            "feedback": "Shorter | please",
-            "applied": True,
-            "responded_by": {"id": "ana", "name": "Ana"},
-        },
-    ]
+def test_body_shows_this_rounds_number_inputs_time_limit_and_earlier_rounds(crew_conn):
+    # The text itself is tested in tests/review/test_request.py; this is what the round fills in.
+    crew_conn()  # the request says whether a time-out stops the execution: the connection's stop_executions
+    ti = FakeTI("review.round_2")
+    ti.other[("review.round_1", "return_value")] = {
+        "round": 1,
+        "answer": "Request changes",
+        "feedback": "Shorter | please",
+        "applied": True,
+        "responded_by": {"id": "ana", "name": "Ana"},
+    }
     op = round_operator(2, response_timeout=timedelta(minutes=90), approve_on_timeout=True)
-    body = op.review_body(KICKOFF_ID, CrewStatus.from_response(paused_record()), earlier)
+    written = op._write_request(context(ti), KICKOFF_ID, CrewStatus.from_response(paused_record()))
+    body = written["body"]
+    assert ti.xcom["review_request"] == written and op.body == body  # notifiers read task.body
+    assert written["subject"] == "Review crew task draft_task (round 2 of 3)"
     assert body.startswith("**Review round 2 of 3**")
     assert OUTPUT in body
     assert "**topic**: AI" in body and "**audience**: engineers" in body
@@ -222,9 +225,9 @@ def test_body_shows_this_rounds_number_inputs_time_limit_and_earlier_rounds():
     assert "round 3 asks you about the new output" in body
     assert body.endswith("Without an answer within 90 minutes, the output is approved.")
     assert "Asked again" not in body
-    retried = round_operator(3).review_body(
-        KICKOFF_ID, CrewStatus.from_response(paused_record()), [], retried=True
-    )
+    retried = round_operator(3)._write_request(
+        context(FakeTI("review.round_3", try_number=2)), KICKOFF_ID, CrewStatus.from_response(paused_record())
+    )["body"]
     assert "an earlier try of this round ended before an answer was applied" in retried
     assert "this is the last review round, so the feedback is *not* sent" in retried
 
@@ -597,7 +600,7 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
     record = review(op, ti_asked(kickoff_id, status), answer("Approve"), kickoff_id, status)
     assert record["applied"]
     kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent", "max_tries": None}
-    assert store.values[review_answer.APPLIED_RECORD_KEY] == kept
+    assert store.values[review_record.APPLIED_RECORD_KEY] == kept
 
     # Airflow failed the try after the answer was applied; the retry must not wait for a pause that
     # will not come and skip, losing who approved: it returns the record of the earlier try.
@@ -612,7 +615,7 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
 
     store = FakeStateStore()
     store.set(
-        review_answer.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}}
+        review_record.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}}
     )
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     op = round_operator()
@@ -635,15 +638,22 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
 @needs_3_1
 def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
 
+    from airflow_provider_crew.review import round as review_round
+
     store = FakeStateStore()
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    built: list[object] = []
+    monkeypatch.setattr(
+        review_round, "RoundRetry", lambda *args: built.append(args) or review_record.RoundRetry(*args)
+    )
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
-    asked = store.values[review_answer.ASKED_RECORD_KEY]
+    asked = store.values[review_record.ASKED_RECORD_KEY]
     assert asked["kickoff_id"] == KICKOFF_ID and asked["crew_task_id"] == TASK_ID
     assert OUTPUT not in json.dumps(asked)  # a digest of the output, not the output
     assert len(parked) == 1
+    assert len(built) == 1  # what the round keeps for a retry is built once per run of the task
 
 
 @needs_3_1
@@ -728,7 +738,7 @@ def test_an_answer_that_never_reached_the_crew_drops_its_claim_and_the_retry_sen
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     with pytest.raises(CrewTransportError):
         review(op, ti_asked(kickoff_id, status), answer("Request changes", "Shorter"), kickoff_id, status)
-    assert review_answer.APPLIED_RECORD_KEY not in store.values  # not left "sending": nothing arrived
+    assert review_record.APPLIED_RECORD_KEY not in store.values  # not left "sending": nothing arrived
 
     monkeypatch.setattr(CrewHook, "resume", real_resume)
     retry_ti = ti_asked(kickoff_id, status)
@@ -744,7 +754,7 @@ def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch)
     store = FakeStateStore()
     sending = {"round": 1, "answer": "Approve", "applied": True}
     store.set(
-        review_answer.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
+        review_record.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
     )
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     retry = round_operator()
