@@ -2,10 +2,9 @@
 
 The Crew tab of a finished task instance reads only what its XComs hold. While the task runs, the
 tab reads the execution's status from the crew service (:mod:`.crew_views_live`: at most once per
-``MIN_REFRESH_SECONDS`` per execution in this api-server process), with the connection and poll pace
-the task's serialized form carries (``CrewWaitMixin.get_serialized_fields``). When the service
-cannot be read, the tab
-shows the last status this process read, or the XComs, and says the service is unreachable.
+``MIN_REFRESH_SECONDS`` per execution in this api-server process), with the task instance's own
+connection and poll pace. When the service cannot be read, the tab shows the last status this process
+read, or the XComs, and says which service cannot be read, why and since when.
 
 The Crews page reads task instances and their small XComs (``kickoff_id``, ``return_value``,
 ``usage``, ``human_input``) of the window; it never calls a crew service. Everything here is
@@ -14,14 +13,13 @@ synchronous database work: the app (:mod:`.crew_views`) runs it in threads.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_crew.plugins.crew_views_live import LIVE, MIN_REFRESH_SECONDS
+from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_RESULT, XCOM_STATUS, XCOM_USAGE
 
@@ -36,6 +34,10 @@ CREW_OPERATORS = (
 )
 CREW_DECORATOR = "@task.crew"
 REVIEW_ROUND = "CrewReviewRoundOperator"
+UNKNOWN_CONNECTION = (
+    "The api-server cannot tell which crew service this task reads: its crew_conn_id is mapped from an "
+    "XCom at run time. Shown: the state the task stored."
+)
 #: Characters of a finished execution's output the tab shows.
 OUTPUT_HEAD_CHARS = 2000
 LIVE_STATES = frozenset(
@@ -86,78 +88,6 @@ def _xcom_value(value: Any) -> Any:
 
 
 _deserialize: Any = None
-
-
-# -- the connection and pace a task carries ----------------------------------------------------------
-
-
-# A DAG version's serialized form never changes: each task's fields the tab needs, read once per
-# api-server process, not at every refresh of every open tab (a big DAG's decode is not free).
-_TASK_FIELDS: dict[tuple[Any, str], dict[str, Any]] = {}
-_TASK_FIELD_NAMES = ("crew_conn_id", "poll_interval", "max_poll_interval")
-
-
-def _serialized_task(session: Any, ti: Any) -> dict[str, Any]:
-    """The task's connection and poll pace in its serialized DAG (the version it ran), or {}."""
-    key = (ti.dag_version_id, ti.task_id)
-    if ti.dag_version_id and key in _TASK_FIELDS:
-        return _TASK_FIELDS[key]
-    from airflow.models.serialized_dag import SerializedDagModel
-    from sqlalchemy import select
-
-    query = select(SerializedDagModel).where(SerializedDagModel.dag_version_id == ti.dag_version_id)
-    serialized = session.scalars(query.limit(1)).first() if ti.dag_version_id else None
-    tasks = ((serialized.data or {}).get("dag") or {}).get("tasks", []) if serialized else []
-    found: dict[str, Any] = {}
-    for task in tasks.values() if isinstance(tasks, dict) else tasks:
-        fields = task.get("__var", task) if isinstance(task, dict) else {}
-        if fields.get("task_id") == ti.task_id:
-            partial = fields.get("partial_kwargs") or {}
-            partial = partial.get("__var", partial) if isinstance(partial, dict) else {}
-            merged = {**partial, **fields}
-            found = {name: merged[name] for name in _TASK_FIELD_NAMES if name in merged}
-            break
-    if serialized is not None:
-        if len(_TASK_FIELDS) > 10_000:
-            _TASK_FIELDS.clear()
-        _TASK_FIELDS[key] = found
-    return found
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, dict):  # a serialized timedelta
-        value = value.get("__var")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _follow_settings(session: Any, ti: Any) -> tuple[str, float, str | None]:
-    """The task's connection id, its wait's poll interval now (seconds), and a deferred wait's kickoff id."""
-    from airflow.models.trigger import Trigger
-
-    fields = _serialized_task(session, ti)
-    conn_id = _text(fields.get("crew_conn_id")) or "crew_default"
-    first = _number(fields.get("poll_interval")) or MIN_REFRESH_SECONDS
-    longest = _number(fields.get("max_poll_interval")) or first
-    kickoff_id = None
-    if ti.trigger_id is not None:
-        trigger = session.get(Trigger, ti.trigger_id)
-        kwargs = trigger.kwargs if trigger is not None and "CrewStatusTrigger" in trigger.classpath else {}
-        conn_id = _text(kwargs.get("crew_conn_id")) or conn_id
-        first = _number(kwargs.get("poll_interval")) or first
-        longest = _number(kwargs.get("max_poll_interval")) or longest
-        kickoff_id = _text(kwargs.get("kickoff_id"))
-    started = ti.start_date.timestamp() if ti.start_date else time.time()
-    return conn_id, max(MIN_REFRESH_SECONDS, wait_pace(first, longest, time.time() - started)), kickoff_id
-
-
-def wait_pace(first: float, longest: float, elapsed: float) -> float:
-    """The interval a wait polls at after ``elapsed`` seconds: it starts at ``first`` and grows by half
-    each poll up to ``longest`` (``waiting.rules.next_poll_interval``, without its jitter)."""
-    interval, spent = first, 0.0
-    while spent + interval < elapsed and interval < longest:
-        spent += interval
-        interval = min(longest, interval * 1.5)
-    return interval
 
 
 # -- the Crew tab ---------------------------------------------------------------------------------
@@ -228,16 +158,19 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
             return view
         kickoff_id = _text(xcoms.get("kickoff_id")) or _text(xcoms.get("return_value"))
         live = state in LIVE_STATES
-        conn_id, pace, trigger_kickoff_id = _follow_settings(session, ti) if live else ("", 0.0, None)
-        kickoff_id = kickoff_id or trigger_kickoff_id or _rendered_kickoff_id(session, ti)
+        follow = following(session, ti) if live else None
+        kickoff_id = kickoff_id or _text(follow and follow.kickoff_id) or _rendered_kickoff_id(session, ti)
         review = _review_request(session, ti, kickoff_id) if kickoff_id else None
-    status, source, problem, age = None, "xcom", None, None
-    if XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict):
-        status = CrewStatus.from_response(xcoms[XCOM_STATUS])
-    if live and kickoff_id:
-        known, problem, age = LIVE.read(conn_id, kickoff_id)
-        if known is not None:
-            status, source = known, "service"
+    stored = XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict)
+    status = CrewStatus.from_response(xcoms[XCOM_STATUS]) if stored else None
+    source, problem = "xcom", None
+    if follow is not None and kickoff_id and follow.conn_id is None:
+        problem = UNKNOWN_CONNECTION
+    elif follow is not None and follow.conn_id and kickoff_id:
+        known = LIVE.read(follow.conn_id, kickoff_id)
+        problem = banner(known, stored)
+        if known.status is not None:
+            status, source = known.status, "service"
     shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
     view.update(
         kickoff_id=kickoff_id,
@@ -245,8 +178,7 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         live=live,
         source=source,
         service_problem=problem,
-        read_seconds_ago=round(age, 1) if age is not None else None,
-        refresh_seconds=pace if live else None,
+        refresh_seconds=follow.pace if follow else None,
         review_task=review,
         **shown,
     )
@@ -381,6 +313,12 @@ def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, tokens: A
     }
 
 
+def _days(since: datetime, until: datetime) -> list[str]:
+    """The UTC days from ``since``'s to ``until``'s, both included, as ISO dates."""
+    first, last = since.date(), until.date()
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
 def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500) -> dict[str, Any]:
     """The crew task instances started in the last ``days`` days, in the DAGs the user may read.
 
@@ -431,5 +369,6 @@ def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500)
         "counts": counts,
         "rows": rows,
         "more": max(0, len(listed) - limit),
-        "tokens_by_day": {day: dict(by_dag) for day, by_dag in sorted(tokens_by_day.items())},
+        # Every day of the window, without tokens too: the plot's axis.
+        "tokens_by_day": {day: dict(tokens_by_day.get(day, {})) for day in _days(since, now)},
     }

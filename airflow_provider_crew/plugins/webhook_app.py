@@ -6,6 +6,7 @@ plugin apps; this one checks every call itself:
 
 - ``GET /crew-webhooks/v1/health``: whether the plugin can wake waits here, and proof of its key:
   the caller's nonce signed with a key derived for this alone, never with the one behind run tokens.
+  Anyone may ask, so it never tells why the wake is off: the api-server's log does.
 - ``POST /crew-webhooks/v1/{crew|human}/{dag_id}/{run_id}``: a crew's completion (``crew``) or
   human-input (``human``) webhook for one DAG run. The run's token comes as the ``token`` query
   parameter (the completion address) or a bearer token (the human-input webhook); a missing or wrong
@@ -18,7 +19,7 @@ a wake that comes before the trigger's race bound (``not_before``) is not applie
 trigger polls at most 5 s apart and ends the task itself. A wake at or after it is applied at once,
 once per deferral, and only after re-checking under a row lock that the task instance still waits on
 that trigger. The Airflow internal it relies on, ``airflow.models.trigger.handle_event_submit``, is
-probed: without it the health check says why and the tasks keep polling.
+probed: without it the wake is off (the api-server's log says why) and the tasks keep polling.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ DB_THREADS = 4
 # The longest token looked at: a run's token is 43 characters.
 MAX_TOKEN_LENGTH = 256
 WOKEN_BY = {"crew": "the crew's completion webhook", "human": "the crew's human-input webhook"}
+#: All ``/health`` says of why the wake is off: a caller is not authenticated, and an error's text may
+#: name hosts, a secrets backend's or a database's failure.
+WHY_IN_THE_LOG = "the api-server's log says why (search it for 'Webhook wake is off')"
 
 
 def internals_missing() -> str | None:
@@ -247,8 +251,10 @@ class ReceiverKeys:
 
     def get(self) -> tuple[ReceiverConfig | None, str]:
         if time.monotonic() - self._read_at >= KEYS_TTL_SECONDS:
-            self._config, self._why = self._read()
-            self._read_at = time.monotonic()
+            config, why = self._read()
+            if why and why != self._why:  # once per reason, not at every read
+                log.warning("Webhook wake is off in this api-server: %s.", why)
+            self._config, self._why, self._read_at = config, why, time.monotonic()
         return self._config, self._why
 
     async def aget(self) -> tuple[ReceiverConfig | None, str]:
@@ -267,8 +273,8 @@ class ReceiverKeys:
             return ReceiverConfig.from_connection(connection, DEFAULT_RECEIVER_CONN_ID), ""
         except AirflowNotFoundException:
             return None, f"connection {DEFAULT_RECEIVER_CONN_ID!r} is not defined for the api-server"
-        except Exception as error:  # a wrong connection: say so in the health check, never crash
-            return None, str(error)
+        except Exception as error:  # a wrong connection, a secrets backend's failure: logged, never raised
+            return None, f"connection {DEFAULT_RECEIVER_CONN_ID!r} cannot be read: {error}"
 
 
 def presented_token(request: Request) -> str | None:
@@ -316,6 +322,8 @@ def create_app() -> FastAPI:
     """The plugin's FastAPI app."""
     app = FastAPI(title="Crew webhooks", docs_url=None, redoc_url=None, openapi_url=None)
     waker, keys, missing = Waker(), ReceiverKeys(), internals_missing()
+    if missing is not None:
+        log.warning("Webhook wake is off in this api-server: %s; the tasks poll as usual.", missing)
 
     def not_found() -> JSONResponse:
         # A new response each time: the api-server's middleware (gzip) edits a response's headers in
@@ -324,10 +332,10 @@ def create_app() -> FastAPI:
 
     @app.get(f"/{API_VERSION}/health")
     def health(nonce: str | None = None) -> dict[str, Any]:
-        config, why = keys.get()
+        config, _ = keys.get()
         answer: dict[str, Any] = {"plugin": "airflow-provider-crew", "version": __version__}
         answer["wake"] = missing is None and config is not None
-        answer["reason"] = missing or why or None
+        answer["reason"] = None if answer["wake"] else WHY_IN_THE_LOG
         if config is not None and nonce and len(nonce) <= 128:
             answer["key_check"] = key_check(config.keys[0], nonce)
         return answer

@@ -10,6 +10,7 @@ prints.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -330,7 +331,26 @@ def test_the_crews_page_lists_filters_and_plots_tokens(
     expect(crews.locator("#tokens-plot rect").first).to_be_attached(timeout=UI_TIMEOUT_MS)
     expect(crews.locator("#legend")).to_contain_text(DAG_ID)
     expect(crews.locator("tbody")).to_contain_text(finished_run)
+    # Every day of the window on the axis: the 7 days back touch 8 UTC dates.
+    expect(crews.locator("#tokens-plot")).to_have_attribute("data-days", "8")
+    # The address stays the page's, as on 3.1 (3.3.2 mirrors the frame's own address into it), with
+    # one frame.
+    expect(crews.locator("body[data-ui-address-kept]")).to_be_attached(timeout=UI_TIMEOUT_MS)
+    expect(page).to_have_url(f"{airflow.base_url}/plugin/crews")
+    expect(page.locator("iframe")).to_have_count(1)
     steps.shot("crews-all")
+    for days in (30, 90):  # every day on the axis, the labels thinned so that none overlaps the next
+        crews.locator("#days").select_option(str(days))
+        expect(crews.locator("#tokens-plot")).to_have_attribute(
+            "data-days", str(days + 1), timeout=UI_TIMEOUT_MS
+        )
+        labels = crews.locator("#tokens-plot text.day")
+        boxes = [labels.nth(i).bounding_box() for i in range(labels.count())]
+        assert len(boxes) >= 7, boxes
+        assert all(left["x"] + left["width"] < right["x"] for left, right in itertools.pairwise(boxes)), boxes
+    steps.shot("crews-90-days")
+    crews.locator("#days").select_option("7")
+    expect(crews.locator("#tokens-plot")).to_have_attribute("data-days", "8", timeout=UI_TIMEOUT_MS)
     waiting = crews.get_by_role("button", name=re.compile("^Waiting for a person"))
     waiting.click()
     # The page marks the filter once the filtered rows are in.
@@ -350,8 +370,14 @@ def test_with_the_service_down_the_tab_shows_the_last_known_state(
     airflow, research, _ = stack
     _, tab = open_running_kickoff_tab(airflow, steps)
     research.stop()
-    expect(tab.locator("#problem")).to_contain_text("could not be read", timeout=UI_TIMEOUT_MS)
+    # One message: which service, why, since when, and what is shown; no exception's repr.
+    banner = re.compile(
+        r"^The crew service of connection 'crew_default' \(http://127\.0\.0\.1:\d+\) cannot be read since "
+        r"\d\d:\d\d:\d\d UTC: the connection was refused\. Shown: the state it gave at \d\d:\d\d:\d\d UTC\.$"
+    )
+    expect(tab.locator("#problem")).to_have_text(banner, timeout=UI_TIMEOUT_MS)
     expect(tab.locator("[data-state='running']")).to_be_visible()
+    expect(tab.locator("#note")).not_to_contain_text("Read from the crew service")
     steps.shot("service-down")
 
 

@@ -84,6 +84,9 @@ def test_the_crews_page_and_the_crew_tab_work_under_a_path(stack: AirflowStack, 
     expect(row).to_be_visible(timeout=UI_TIMEOUT_MS)
     # Every column shows whole in the UI's frame, the last one too (long run ids wrap).
     expect(row.locator("td").last).to_be_in_viewport(ratio=1)
+    # The address stays the page's under the path too (3.3.2 mirrors the frame's address into it).
+    expect(crews.locator("body[data-ui-address-kept]")).to_be_attached(timeout=UI_TIMEOUT_MS)
+    expect(page).to_have_url(f"{airflow.base_url}/plugin/crews")
     steps.shot("crews-under-a-path")
     # The task's link opens its Crew tab in the UI, under the path.
     row.get_by_role("link", name="overview").click()

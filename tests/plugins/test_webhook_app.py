@@ -139,13 +139,43 @@ def test_health_signs_a_nonce_with_the_health_key_so_no_answer_is_a_run_token(cl
     assert run_token(KEY, DAG, RUN) != as_health.rstrip(b"=").decode()
 
 
-def test_health_without_the_receiver_connection_says_why(monkeypatch, database):
+def test_health_without_the_receiver_connection_says_why_in_the_log_only(monkeypatch, database, caplog):
     from fastapi.testclient import TestClient
 
     monkeypatch.delenv("AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER", raising=False)
-    with TestClient(create_app()) as client:
+    with TestClient(create_app()) as client, caplog.at_level("WARNING", logger=webhook_app.__name__):
         answer = client.get("/v1/health").json()
-    assert answer["wake"] is False and "'crew_webhook_receiver' is not defined" in answer["reason"]
+    assert answer["wake"] is False and answer["reason"] == webhook_app.WHY_IN_THE_LOG
+    assert "'crew_webhook_receiver' is not defined" in caplog.text
+
+
+@pytest.mark.parametrize("failure", ["host", "backend"])
+def test_health_tells_anyone_only_whether_the_wake_is_available(
+    receiver, database, monkeypatch, caplog, failure
+):
+    """``/health`` needs no login: an error's text (the connection's host echoed back, a secrets
+    backend's or a database's failure) goes to the api-server's log, never into the answer."""
+    from airflow.models.connection import Connection
+    from fastapi.testclient import TestClient
+
+    secret_text = "internal-vault.example:8200 said: permission denied for role crew-prod"
+    if failure == "host":
+        receiver(host="ftp://internal-vault.example:8200")
+    else:
+
+        def unreadable(conn_id):
+            raise RuntimeError(secret_text)
+
+        monkeypatch.setattr(Connection, "get_connection_from_secrets", staticmethod(unreadable))
+    with TestClient(create_app()) as client, caplog.at_level("WARNING", logger=webhook_app.__name__):
+        answer = client.get("/v1/health", params={"nonce": "n"}).json()
+    assert answer == {
+        "plugin": "airflow-provider-crew",
+        "version": webhook_app.__version__,
+        "wake": False,
+        "reason": webhook_app.WHY_IN_THE_LOG,
+    }
+    assert "Webhook wake is off in this api-server" in caplog.text and "internal-vault" in caplog.text
 
 
 @pytest.mark.parametrize("bearer", [False, True], ids=["query", "bearer"])
@@ -368,9 +398,12 @@ def test_answers_stay_whole_behind_the_api_servers_middleware(receiver, database
 
 
 @pytest.mark.parametrize("change", ["removed", "other signature"])
-def test_without_the_airflow_internal_it_wakes_nothing_and_says_why(receiver, database, monkeypatch, change):
+def test_without_the_airflow_internal_it_wakes_nothing_and_says_why(
+    receiver, database, monkeypatch, caplog, change
+):
     """A future Airflow without ``handle_event_submit`` (or with another one): the health check says
-    why, so that every task polls as before, and a webhook gets 503 and touches nothing."""
+    the wake is off, so that every task polls as before, the log says why, and a webhook gets 503
+    and touches nothing."""
     import airflow.models.trigger as airflow_trigger
     from fastapi.testclient import TestClient
 
@@ -378,8 +411,9 @@ def test_without_the_airflow_internal_it_wakes_nothing_and_says_why(receiver, da
         monkeypatch.delattr(airflow_trigger, "handle_event_submit")
     else:
         monkeypatch.setattr(airflow_trigger, "handle_event_submit", lambda event, *, ti, db: None)
-    with TestClient(create_app()) as client:
+    with TestClient(create_app()) as client, caplog.at_level("WARNING", logger=webhook_app.__name__):
         health = client.get("/v1/health", params={"nonce": "n"}).json()
-        assert health["wake"] is False and "handle_event_submit" in health["reason"]
+        assert health["wake"] is False and health["reason"] == webhook_app.WHY_IN_THE_LOG
         answer = post(client, {"kickoff_id": "k-1"}, token=run_token(KEY, DAG, RUN))
     assert answer.status_code == 503 and database[0] == {"find": [], "apply": []}
+    assert "handle_event_submit" in caplog.text
