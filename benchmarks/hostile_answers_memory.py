@@ -67,7 +67,6 @@ def _reset_peak() -> None:
 
 
 async def _child(config: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_crew.hooks.client.transport import close_shared_sessions
     from airflow_provider_crew.hooks.crew import CrewHook
 
     good_hook = CrewHook("crew_good")
@@ -126,7 +125,6 @@ async def _child(config: dict[str, Any]) -> dict[str, Any]:
     answered = list(poll_seconds)
     stop.set()
     await asyncio.gather(*neighbours, tick)
-    await close_shared_sessions()
     return {
         "growth_mib": (peak - before) / 1024,
         "outcome": outcome,

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.testing import CrewServiceProcess
 
@@ -128,7 +127,6 @@ class Strategies:
         if self.client is not None:
             await self.client.aclose()
             self.client = None
-        await close_shared_sessions()
         self.hook = None
 
 

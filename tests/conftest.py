@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    import aiohttp
 
 TOKEN = "test-token-s3cr3t-value"
 BASE_URL = "https://crew.example.test"
@@ -33,9 +38,29 @@ def _forget_learned_status_paths():
     """The hook learns a service's status path per process; every test starts without that memory."""
     from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
 
-    LEARNED_STATUS_PATHS.forget()
+    LEARNED_STATUS_PATHS.clear()
     yield
-    LEARNED_STATUS_PATHS.forget()
+    LEARNED_STATUS_PATHS.clear()
+
+
+def loop_session() -> aiohttp.ClientSession | None:
+    """The running loop's shared aiohttp session (the hook's async transport), if it has one."""
+    from airflow_provider_crew.hooks.client.transport import SHARED_SESSIONS
+
+    entry = SHARED_SESSIONS.get(asyncio.get_running_loop())
+    return None if entry is None else entry[0]
+
+
+async def close_shared_sessions() -> None:
+    """Close the running loop's shared aiohttp session now, as the end of the loop would."""
+    from airflow_provider_crew.hooks.client.transport import SHARED_SESSIONS
+
+    entry = SHARED_SESSIONS.get(asyncio.get_running_loop())
+    if entry is not None:
+        session, closer = entry
+        closer.cancel()  # its finally closes and forgets the session
+        await asyncio.wait([closer])
+        await session.close()  # closed already unless the closer had ended before
 
 
 @pytest.fixture

@@ -242,19 +242,16 @@ class CrewHook(BaseHook):
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
-        from airflow_provider_crew.hooks.client.request import StatusRead, request_headers
-        from airflow_provider_crew.hooks.client.response import read_get_answer
-        from airflow_provider_crew.status import CrewStatus
+        from airflow_provider_crew.hooks.client.request import request_headers
+        from airflow_provider_crew.hooks.client.response import read_status
 
-        config = self.config
-        read = StatusRead(config, request_headers(config), kickoff_id)
-        for call, style, last in read.calls():
-            response = self._send(call, deadline=deadline)
-            if read.is_answer(response.status_code, last=last):
-                status = read_get_answer(call, response, CrewStatus.from_response)
-                read.parsed(style)
-                return status
-        raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
+        read = read_status(self.config, request_headers(self.config), kickoff_id)
+        call = next(read)
+        try:
+            while True:
+                call = read.send(self._send(call, deadline=deadline))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """:meth:`get_status` for triggers, without blocking the event loop: same requests, same reading.
@@ -273,19 +270,16 @@ class CrewHook(BaseHook):
     async def _aread_status(
         self, shared: SharedConnection, kickoff_id: str, deadline: float | None
     ) -> CrewStatus:
-        from airflow_provider_crew.hooks.client.request import StatusRead
-        from airflow_provider_crew.hooks.client.response import read_get_answer
-        from airflow_provider_crew.status import CrewStatus
+        from airflow_provider_crew.hooks.client.response import read_status
 
         config = self._with_overrides(shared.config)
-        read = StatusRead(config, shared.headers, kickoff_id)
-        for call, style, last in read.calls():
-            response = await self._asend(call, config, deadline=deadline)
-            if read.is_answer(response.status_code, last=last):
-                status = read_get_answer(call, response, CrewStatus.from_response)
-                read.parsed(style)
-                return status
-        raise AssertionError("unreachable: the last path's answer is always the answer")  # pragma: no cover
+        read = read_status(config, shared.headers, kickoff_id)
+        call = next(read)
+        try:
+            while True:
+                call = read.send(await self._asend(call, config, deadline=deadline))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def resume(
         self,
@@ -340,28 +334,27 @@ class CrewHook(BaseHook):
         """
         from airflow_provider_crew.hooks.client.request import stop_call
         from airflow_provider_crew.hooks.client.response import read_stop_answer
-        from airflow_provider_crew.models import StopOutcome, StopResult
 
         try:
             call = stop_call(self.config, kickoff_id)
-            response = self._send(call, retry_limit=1, deadline=time.time() + patience)
+            answer: Response | CrewError = self._send(call, retry_limit=1, deadline=time.time() + patience)
         except CrewError as error:
-            return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
-        return read_stop_answer(response)
+            answer = error
+        return read_stop_answer(answer)
 
     async def astop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
         """:meth:`stop` for triggers, without blocking the event loop."""
         from airflow_provider_crew.hooks.client.request import stop_call
         from airflow_provider_crew.hooks.client.response import read_stop_answer
-        from airflow_provider_crew.models import StopOutcome, StopResult
 
         try:
-            config = self._with_overrides((await shared_connection(self.crew_conn_id)).config)
-            call = stop_call(config, kickoff_id)
-            response = await self._asend(call, config, retry_limit=1, deadline=time.time() + patience)
+            call = stop_call(config := await self.aget_config(), kickoff_id)
+            answer: Response | CrewError = await self._asend(
+                call, config, retry_limit=1, deadline=time.time() + patience
+            )
         except CrewError as error:
-            return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
-        return read_stop_answer(response)
+            answer = error
+        return read_stop_answer(answer)
 
     # -- Airflow's Test action -------------------------------------------------------------------
 

@@ -515,7 +515,7 @@ def test_auto_status_path_does_not_learn_from_two_404s(hook, requests_mock):
     requests_mock.get(f"{BASE_URL}/status/{KICKOFF_ID}", status_code=404, json={})
     with pytest.raises(CrewNotFoundError):
         hook.get_status(KICKOFF_ID)
-    assert LEARNED_STATUS_PATHS.learned() == {}
+    assert LEARNED_STATUS_PATHS == {}
 
 
 def test_auto_status_path_learns_only_from_a_status_record_that_parses(hook, requests_mock):
@@ -523,11 +523,11 @@ def test_auto_status_path_learns_only_from_a_status_record_that_parses(hook, req
     requests_mock.get(f"{BASE_URL}/{KICKOFF_ID}/status", text="<html>maintenance</html>")
     with pytest.raises(CrewServerError):
         hook.get_status(KICKOFF_ID)
-    assert LEARNED_STATUS_PATHS.learned() == {}
+    assert LEARNED_STATUS_PATHS == {}
 
     requests_mock.get(f"{BASE_URL}/{KICKOFF_ID}/status", json={"state": "RUNNING"})
     assert hook.get_status(KICKOFF_ID).state is CrewState.RUNNING
-    assert LEARNED_STATUS_PATHS.learned() == {BASE_URL: StatusPathStyle.CONTRACT}
+    assert LEARNED_STATUS_PATHS == {BASE_URL: StatusPathStyle.CONTRACT}
 
 
 def test_kickoff_id_is_quoted_in_the_status_path(crew_conn, requests_mock):

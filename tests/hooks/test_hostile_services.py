@@ -21,11 +21,11 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
     CrewTransportError,
 )
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.rules import Outcome
+from tests.conftest import close_shared_sessions
 
 pytestmark = pytest.mark.integration
 

@@ -30,11 +30,11 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.models import ResumeStatus
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.testing import wait_until
+from tests.conftest import close_shared_sessions, loop_session
 
 pytestmark = pytest.mark.integration
 
@@ -177,7 +177,7 @@ def test_unknown_kickoff_id_is_not_found(crew_service, connect):
     assert unknown in str(caught.value)
     # auto style: both forms were tried, and a pair of 404s teaches nothing.
     assert crew_service.counters["status_paths"] == {"contract": 1, "deployed": 1}
-    assert LEARNED_STATUS_PATHS.learned() == {}
+    assert LEARNED_STATUS_PATHS == {}
 
 
 # -- human input and resume -----------------------------------------------------------------------
@@ -466,7 +466,7 @@ def test_auto_style_learns_the_deployed_form(crew_service, connect):
     hook.get_status(kickoff_id)
 
     assert crew_service.counters["status_paths"] == {"contract": 1, "deployed": 1}
-    assert LEARNED_STATUS_PATHS.learned() == {crew_service.base_url: StatusPathStyle.DEPLOYED}
+    assert LEARNED_STATUS_PATHS == {crew_service.base_url: StatusPathStyle.DEPLOYED}
 
     hook.get_status(kickoff_id)
     connect("crew_other", status_path_style="auto").get_status(kickoff_id)  # learned process-wide
@@ -484,7 +484,7 @@ def test_contract_style_against_a_contract_service(crew_service, connect):
         hook.get_status(kickoff_id)
 
     assert crew_service.counters["status_paths"] == {"contract": 3, "deployed": 0}
-    assert LEARNED_STATUS_PATHS.learned() == {}  # fixed styles learn nothing
+    assert LEARNED_STATUS_PATHS == {}  # fixed styles learn nothing
 
 
 @pytest.mark.crew_service(status_path="contract")
@@ -526,7 +526,7 @@ def test_fresh_execution_404s_in_auto_style_cost_two_requests_each(crew_service,
     hook.get_status(kickoff_id)
 
     assert crew_service.counters["status_paths"] == {"contract": 2, "deployed": 1}
-    assert LEARNED_STATUS_PATHS.learned() == {crew_service.base_url: StatusPathStyle.CONTRACT}
+    assert LEARNED_STATUS_PATHS == {crew_service.base_url: StatusPathStyle.CONTRACT}
 
 
 # -- test_connection ------------------------------------------------------------------------------
@@ -637,7 +637,7 @@ async def test_aget_status_learns_the_deployed_form(crew_service, connect):
         await close_shared_sessions()
 
     assert crew_service.counters["status_paths"] == {"contract": 1, "deployed": 2}
-    assert LEARNED_STATUS_PATHS.learned() == {crew_service.base_url: StatusPathStyle.DEPLOYED}
+    assert LEARNED_STATUS_PATHS == {crew_service.base_url: StatusPathStyle.DEPLOYED}
 
 
 # -- the shared session's lifetime in a real run --------------------------------------------------------

@@ -21,11 +21,11 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionFailedError,
     CrewExecutionNotFoundError,
 )
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting.event import CrewWaitEvent
+from tests.conftest import close_shared_sessions
 
 FAILING_CREW = {
     "name": "failing",

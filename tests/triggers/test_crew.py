@@ -24,12 +24,12 @@ from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks import loop_connection
 from airflow_provider_crew.hooks.client.request import status_call
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions, loop_session
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor
+from tests.conftest import close_shared_sessions, loop_session
 
 RESEARCH_INPUTS = {"topic": "tidal energy", "current_year": "2026"}
 SECRET = "trigger-test-token-5e8a2b"

@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
-from airflow_provider_crew.hooks.client.transport import close_shared_sessions
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 from airflow_provider_crew.waiting import stopping
+from tests.conftest import close_shared_sessions
 
 from .test_crew import connect  # noqa: F401 - the fixture
 

@@ -6,6 +6,8 @@
   per event loop);
 - :mod:`.limits`: what one attempt may cost, and reading a body under its size cap;
 - :mod:`.redirects`: which redirects are followed;
-- :mod:`.retry`: the retry policy (repeat the call, after how long, or stop) and the loops that drive it;
-- :mod:`.response`: an answer read into the contract's models, or into a typed error.
+- :mod:`.retry`: the POST and GET rules as tables, the one decision after each attempt that reads
+  them (wait and repeat, the answer, or the error), and the sync and async loops;
+- :mod:`.response`: an answer read into the contract's models, or into a typed error; the two-path
+  status read that both loops drive.
 """

@@ -6,7 +6,8 @@ unknown, so that no layer below re-derives it.
 
 The status has two paths: the contract says ``GET /{kickoff_id}/status``; deployed crews answer
 ``GET /status/{kickoff_id}``. A connection names one, or ``auto``: ask the contract's path, then the
-deployed one after a 404, and remember per base URL the one that answered (:data:`LEARNED_STATUS_PATHS`).
+deployed one after a 404, and remember per base URL the one that answered (:data:`LEARNED_STATUS_PATHS`;
+:func:`~.response.read_status` reads it).
 """
 
 from __future__ import annotations
@@ -172,82 +173,26 @@ def status_call(base_url: str, headers: dict[str, str], kickoff_id: str, style: 
     )
 
 
-class LearnedStatusPaths:
-    """The status path each service answered at, per base URL, for connections in ``auto`` mode.
-
-    One instance, :data:`LEARNED_STATUS_PATHS`, lives as long as the process: every hook and
-    trigger in it share what it learned, so finding a service's path costs one 404 per process.
-    """
-
-    __slots__ = ("_styles",)
-
-    def __init__(self) -> None:
-        self._styles: dict[str, StatusPathStyle] = {}
-
-    def styles_to_try(self, config: CrewConnectionConfig) -> tuple[StatusPathStyle, ...]:
-        """The styles to ask, in order: the connection's, the one learned, or both."""
-        if config.status_path_style is not StatusPathStyle.AUTO:
-            return (config.status_path_style,)
-        learned = self._styles.get(config.base_url)
-        return _BOTH_STYLES if learned is None else (learned,)
-
-    def learn(self, config: CrewConnectionConfig, style: StatusPathStyle) -> None:
-        """Remember ``style`` for the service at ``config`` (in ``auto`` mode): it answered a status
-        record there."""
-        if config.status_path_style is StatusPathStyle.AUTO:
-            if self._styles.get(config.base_url) is not style:
-                log.info("Crew service at %s answers status at %s", config.base_url, describe_style(style))
-            self._styles[config.base_url] = style
-
-    def learned(self) -> dict[str, StatusPathStyle]:
-        """What was learned so far: base URL -> style (a copy)."""
-        return dict(self._styles)
-
-    def forget(self) -> None:
-        """Start over, as a new process would (tests)."""
-        self._styles.clear()
+#: The status path each service answered at, per base URL, for connections in ``auto`` mode. It lives
+#: as long as the process and every hook and trigger in it share it, so finding a service's path
+#: costs one 404 per process.
+LEARNED_STATUS_PATHS: dict[str, StatusPathStyle] = {}
 
 
-LEARNED_STATUS_PATHS = LearnedStatusPaths()
+def status_styles(config: CrewConnectionConfig) -> tuple[StatusPathStyle, ...]:
+    """The status path styles to ask, in order: the connection's, the one learned, or both."""
+    if config.status_path_style is not StatusPathStyle.AUTO:
+        return (config.status_path_style,)
+    learned = LEARNED_STATUS_PATHS.get(config.base_url)
+    return _BOTH_STYLES if learned is None else (learned,)
 
 
-class StatusRead:
-    """Reading one execution's status: which path to ask next, and what each answer means.
-
-    The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
-    so the two-path rule exists once: ask each style in turn; a 404 with a style left to try moves
-    on; any other answer (or the last style's 404) is the answer, and a status record that parses
-    teaches ``auto`` connections the path.
-
-    :param config: The connection's settings.
-    :param headers: The status requests' headers.
-    :param kickoff_id: The execution.
-    """
-
-    __slots__ = ("_config", "_headers", "_kickoff_id", "_styles")
-
-    def __init__(self, config: CrewConnectionConfig, headers: dict[str, str], kickoff_id: str) -> None:
-        self._config = config
-        self._headers = headers
-        self._kickoff_id = kickoff_id
-        self._styles = LEARNED_STATUS_PATHS.styles_to_try(config)
-
-    def calls(self) -> list[tuple[Call, StatusPathStyle, bool]]:
-        """The requests to try in order, each with its path style and whether it is the last one."""
-        last = len(self._styles) - 1
-        base_url = self._config.base_url
-        return [
-            (status_call(base_url, self._headers, self._kickoff_id, style), style, index == last)
-            for index, style in enumerate(self._styles)
-        ]
-
-    def is_answer(self, status_code: int, *, last: bool) -> bool:
-        """Whether an answer with ``status_code`` answers the read (False: ask the next path)."""
-        return status_code != 404 or last
-
-    def parsed(self, style: StatusPathStyle) -> None:
-        """The answer at ``style`` was a status record that parses: ``auto`` connections learn the path.
-
-        Only then: a proxy's 200 page or a body of garbage at one path must not teach it.
-        """
-        LEARNED_STATUS_PATHS.learn(self._config, style)
+def learn_status_path(config: CrewConnectionConfig, style: StatusPathStyle) -> None:
+    """Remember ``style`` for the service at ``config`` (in ``auto`` mode): it answered a status
+    record that parses there (only then: a proxy's 200 page at one path must not teach it)."""
+    if (
+        config.status_path_style is StatusPathStyle.AUTO
+        and LEARNED_STATUS_PATHS.get(config.base_url) is not style
+    ):
+        log.info("Crew service at %s answers status at %s", config.base_url, describe_style(style))
+        LEARNED_STATUS_PATHS[config.base_url] = style

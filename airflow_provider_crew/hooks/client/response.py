@@ -8,9 +8,9 @@ request body the same way before it is sent.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,14 +18,19 @@ from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
     CrewConfigurationError,
+    CrewError,
     CrewHTTPError,
     CrewNotFoundError,
     CrewRateLimitedError,
     CrewServerError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks.client.request import Call
+from airflow_provider_crew.hooks.client.request import Call, learn_status_path, status_call, status_styles
 from airflow_provider_crew.models import ServiceError, StopOutcome, StopResult
+from airflow_provider_crew.status import CrewStatus
+
+if TYPE_CHECKING:
+    from airflow_provider_crew.connection import CrewConnectionConfig
 
 T = TypeVar("T")
 
@@ -91,13 +96,15 @@ def raise_for_response(call: Call, response: Response) -> None:
     raise CrewHTTPError(message, **kwargs)
 
 
-def read_stop_answer(response: Response) -> StopResult:
+def read_stop_answer(response: Response | CrewError) -> StopResult:
     """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or a 404 about
     the route (a framework's bare "Not Found", "No route for ..."), not about the execution ("Execution
     not found").
 
-    :param response: The answer.
+    :param response: The answer, or the error that stopped the request (the outcome is unknown).
     """
+    if isinstance(response, CrewError):
+        return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(response))
     code = response.status_code
     said = service_said(response).message or ""
     if code < 300:
@@ -143,6 +150,30 @@ def read_get_answer(call: Call, response: Response, parse: Callable[[Any], T]) -
             endpoint=call.endpoint,
             status_code=200,
         ) from None
+
+
+def read_status(
+    config: CrewConnectionConfig, headers: dict[str, str], kickoff_id: str
+) -> Generator[Call, Response, CrewStatus]:
+    """Read ``kickoff_id``'s status: yields each request, is sent its answer, returns the record.
+
+    The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
+    so the two-path rule exists once: ask each path in turn; a 404 with a path left to try moves on;
+    any other answer (or the last path's 404) is the answer, and a record that parses teaches
+    ``auto`` connections the path.
+
+    :param config: The connection's settings.
+    :param headers: The status requests' headers.
+    :param kickoff_id: The execution.
+    """
+    for style in status_styles(config):
+        call = status_call(config.base_url, headers, kickoff_id, style)
+        response = yield call
+        if response.status_code != 404:
+            break
+    status = read_get_answer(call, response, CrewStatus.from_response)
+    learn_status_path(config, style)
+    return status
 
 
 def read_post_answer(call: Call, response: Response, model: type[BaseModel]) -> Any:

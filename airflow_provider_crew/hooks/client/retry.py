@@ -1,20 +1,19 @@
-"""The retry policy: after each attempt of a request, repeat it (after how long) or stop. No I/O.
+"""The retry policy: after each attempt of a request, wait and repeat it, take the answer, or fail.
 
-Which answers are safe to repeat is written down in docs/contract.md ("Retries: which answers are
-safe to repeat"); in short:
+:func:`what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
+:data:`GET_RULE` (every request a repeat cannot make act twice: a GET, a stop) say what the client
+does with it. docs/reliability.md ("Paid requests: nothing sent twice") shows :data:`POST_RULE`, and
+tests/hooks/client/test_retry.py checks that the two tables are the same. In short:
 
-- A GET is repeated after any transient failure.
-- A POST (kickoff, resume) follows :data:`POST_RULE`: it is repeated only when it surely did not
-  reach the service or the service itself said it did not act. Anything else after sending is an
-  unknown outcome: never repeated, and
+- A POST is repeated only when it surely did not reach the service or the service itself said it
+  did not act. Anything else after sending is an unknown outcome: never repeated, and
   :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` fails the task without retry.
-- "Busy" answers (429, and a service's own 503) are retried for up to ``retry_budget`` seconds;
-  other transient failures, which say nothing about when to come back, up to ``retry_limit`` times.
+- "Busy" answers are retried for up to ``retry_budget`` seconds; other transient failures, which say
+  nothing about when to come back, up to ``retry_limit`` times.
 - The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
   never shorter than the service's ``Retry-After``. No retry sleeps past the caller's deadline.
 
-:func:`send_with_retries` and :func:`asend_with_retries` drive the policy with a transport, in
-tenacity's retry loop.
+:func:`send_with_retries` and :func:`asend_with_retries` are the loop, sync and async.
 """
 
 from __future__ import annotations
@@ -28,70 +27,85 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
-from typing import Any
-
-import tenacity
 
 from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewError, CrewTransportError
 from airflow_provider_crew.hooks.client.limits import LAST_ATTEMPT_SECONDS, Limits
 from airflow_provider_crew.hooks.client.request import Call
 from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.transport import Failure, TransportFailure
 
 log = logging.getLogger(__name__)
 
-# "Busy, come back later" for a GET: retried under retry_budget.
-BUSY_STATUSES = frozenset({429, 503})
-# A gateway failed: for a GET a repeat is harmless (counted under retry_limit).
-GATEWAY_STATUSES = frozenset({502, 504})
-
-
-class PostAnswer(str, enum.Enum):
-    """What an attempt of a POST (kickoff, resume) tells about whether the service acted."""
-
-    NOT_SENT = "did not reach the service: sent again, up to retry_limit times"
-    BUSY = "the service said it did not act: sent again within retry_budget"
-    ANSWERED = "the service answered: acted (2xx) or refused (3xx, 4xx); read as it says"
-    UNKNOWN = "it may have acted: never sent again; the task fails without retry"
-
-
-#: The one rule for every POST, first match wins (docs/reliability.md, "Paid requests: the POST
-#: rule"). Gateways answer 503 *themselves*, without Retry-After, when the service's connection drops
-#: after they passed the request on: Envoy and Istio in plain text, AWS API Gateway, Kong, Azure API
-#: Management and ESPv2 in JSON with only a ``message``. A busy service answers 503 in its own JSON
-#: error shape (``{"error": ..., "message": ...}``, or a framework's ``{"detail": ...}``), usually with
-#: Retry-After.
-POST_RULE: tuple[tuple[str, PostAnswer], ...] = (
-    ("refused, DNS failure, connect time-out, TLS handshake", PostAnswer.NOT_SENT),
-    ("429", PostAnswer.BUSY),
-    ("503 with Retry-After or the service's JSON error body (a string error or detail)", PostAnswer.BUSY),
-    (
-        "any other 5xx: 500, 502, 504, a gateway's own 503 (text, or JSON with only a message)",
-        PostAnswer.UNKNOWN,
-    ),
-    ("2xx, 3xx, 4xx", PostAnswer.ANSWERED),
-    ("read time-out, reset or a TLS failure after sending, no whole answer in time", PostAnswer.UNKNOWN),
-)
 # Longest Retry-After honoured as asked; a longer one is treated as this long.
 MAX_RETRY_AFTER_SECONDS = MAX_BACKOFF_SECONDS * 5
 
 
+class Came(str, enum.Enum):
+    """What an attempt brought back, in the words of docs/reliability.md's table."""
+
+    NOTHING = "nothing: connection refused, DNS failure, connect time-out"
+    REFUSED = "nothing: a TLS handshake refused (a certificate not verified, no shared protocol)"
+    TOO_MANY = "`429`"
+    SERVICE_BUSY = (
+        '`503` with `Retry-After`, or with the service\'s own JSON error (a string `"error"`, as in '
+        '`{"error": ..., "message": ...}`, or a framework\'s `"detail"`)'
+    )
+    # Gateways answer 503 themselves, without Retry-After, when the service's connection drops after
+    # they passed the request on: Envoy and Istio in plain text; AWS API Gateway, Kong, Azure API
+    # Management and ESPv2 in JSON with only a "message".
+    GATEWAY_BUSY = (
+        "`503` without either: a gateway's own (Envoy's \"upstream connect error or disconnect/reset "
+        'before headers", "no healthy upstream"; AWS API Gateway\'s, Kong\'s or Azure API '
+        'Management\'s JSON with only a `"message"`)'
+    )
+    GATEWAY_FAILED = "`502`, `504`"
+    SERVER_FAILED = "`500` or any other `5xx`"
+    LOST = (
+        "read time-out, connection reset or a TLS failure after sending (a corrupt record in the "
+        "answer), no whole answer in time"
+    )
+    ANSWER = "`2xx`, `3xx`, `4xx` other than `429`"
+
+
+class Step(str, enum.Enum):
+    """What the client does next, in the words of docs/reliability.md's table."""
+
+    AGAIN = "sends it again, up to `retry_limit` times"
+    AGAIN_WHEN_BUSY = "sends it again within `retry_budget`, never sooner than `Retry-After`"
+    FAIL = "fails at once: a repeat meets the same refusal"
+    NEVER_AGAIN = "**never sends it again**: the outcome is unknown"
+    READ = "reads it"
+
+
+#: A kickoff or resume: repeated only when the service surely did not act.
+POST_RULE: dict[Came, Step] = {
+    Came.NOTHING: Step.AGAIN,
+    Came.REFUSED: Step.FAIL,
+    Came.TOO_MANY: Step.AGAIN_WHEN_BUSY,
+    Came.SERVICE_BUSY: Step.AGAIN_WHEN_BUSY,
+    Came.GATEWAY_BUSY: Step.NEVER_AGAIN,
+    Came.GATEWAY_FAILED: Step.NEVER_AGAIN,
+    Came.SERVER_FAILED: Step.NEVER_AGAIN,
+    Came.LOST: Step.NEVER_AGAIN,
+    Came.ANSWER: Step.READ,
+}
+#: A GET, or a POST that does nothing twice (a stop): a repeat only reads (or stops) again.
+GET_RULE: dict[Came, Step] = {
+    **POST_RULE,
+    Came.GATEWAY_BUSY: Step.AGAIN_WHEN_BUSY,
+    Came.GATEWAY_FAILED: Step.AGAIN,
+    Came.SERVER_FAILED: Step.READ,
+    Came.LOST: Step.AGAIN,
+}
+
+
 @dataclass(slots=True)
-class Retry:
-    """Send the request again after ``delay`` seconds."""
+class TransportFailure:
+    """An attempt that got no answer: how far it got (:data:`Came.NOTHING`, :data:`Came.REFUSED` or
+    :data:`Came.LOST`), and why (for error messages)."""
 
-    delay: float
-    why: str  # what happened, e.g. "answered 429"
-    progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
-
-
-@dataclass(slots=True)
-class Stop:
-    """Stop retrying: raise ``error`` or, when it is None, give ``response`` back to the caller."""
-
-    response: Response | None = None
-    error: CrewError | None = None
+    came: Came
+    reason: str
 
 
 def is_service_error_body(response: Response) -> bool:
@@ -104,22 +118,27 @@ def is_service_error_body(response: Response) -> bool:
     return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "detail"))
 
 
-def post_answer(response: Response) -> PostAnswer:
-    """The :data:`POST_RULE` row of an answer to a POST."""
-    code = response.status_code
-    if code == 429:
-        return PostAnswer.BUSY
-    if code == 503 and ("Retry-After" in response.headers or is_service_error_body(response)):
-        return PostAnswer.BUSY
-    return PostAnswer.UNKNOWN if code >= 500 else PostAnswer.ANSWERED
+def what_came_back(outcome: Response | TransportFailure) -> Came:
+    """The row of the rules an attempt's outcome falls in."""
+    if isinstance(outcome, TransportFailure):
+        return outcome.came
+    code = outcome.status_code
+    if code < 500:
+        return Came.TOO_MANY if code == 429 else Came.ANSWER
+    if code == 503:
+        busy = "Retry-After" in outcome.headers or is_service_error_body(outcome)
+        return Came.SERVICE_BUSY if busy else Came.GATEWAY_BUSY
+    return Came.GATEWAY_FAILED if code in (502, 504) else Came.SERVER_FAILED
 
 
-def unknown_reason(response: Response) -> str:
-    """Why a POST's 5xx leaves its outcome unknown, for the error."""
-    code = response.status_code
+def unknown_reason(outcome: Response | TransportFailure) -> str:
+    """Why a POST's outcome is unknown, for the error."""
+    if isinstance(outcome, TransportFailure):
+        return outcome.reason
+    code = outcome.status_code
     if code == 503:
         return "HTTP 503 without Retry-After or the service's error body: a gateway's own answer"
-    if code in GATEWAY_STATUSES:
+    if code in (502, 504):
         return f"HTTP {code} from a gateway"
     return f"HTTP {code}: the service failed while handling it"
 
@@ -136,6 +155,15 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
         except (TypeError, ValueError):
             return None
+
+
+@dataclass(slots=True)
+class Retry:
+    """Send the request again after ``delay`` seconds."""
+
+    delay: float
+    why: str  # what happened, e.g. "answered 429"
+    progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
 
 
 class RetryPolicy:
@@ -162,6 +190,7 @@ class RetryPolicy:
     ) -> None:
         self.call = call
         self.config = config
+        self.rule = GET_RULE if call.idempotent else POST_RULE
         self.deadline = deadline
         self.max_retries = max_retries
         self.clock = clock
@@ -177,67 +206,44 @@ class RetryPolicy:
         if self.deadline is not None:
             total = min(total, max(self.deadline - self.clock(), LAST_ATTEMPT_SECONDS))
         return Limits(
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
-            total=total,
-            max_bytes=config.max_response_bytes,
-            verify_tls=config.verify_tls,
+            config.connect_timeout, config.read_timeout, total, config.max_response_bytes, config.verify_tls
         )
 
-    def decide(self, outcome: Response | TransportFailure) -> Retry | Stop:
-        """After one attempt: retry after a delay, or stop with the answer or an error."""
+    def decide(self, outcome: Response | TransportFailure) -> Retry | Response | CrewError:
+        """After one attempt: retry after a delay, or the answer, or the error to raise."""
         self.attempts += 1
-        if isinstance(outcome, TransportFailure):
-            return self._after_failure(outcome)
-        return self._after_answer(outcome)
-
-    def _after_answer(self, response: Response) -> Retry | Stop:
-        code = response.status_code
-        if not self.call.idempotent:
-            meaning = post_answer(response)
-            if meaning is PostAnswer.UNKNOWN:
-                return Stop(error=self.call.outcome_unknown(unknown_reason(response)))
-            return self._busy(response) if meaning is PostAnswer.BUSY else Stop(response=response)
-        if code in BUSY_STATUSES:
-            return self._busy(response)
-        if code in GATEWAY_STATUSES:
-            delay = self.backoff(retry_after_seconds(response.headers))
-            if self._may_count(delay):
-                return Retry(delay, f"answered {code}", self._count_progress())
-            setting = f"the connection's retry_limit of {self.config.retry_limit}"
-            return Stop(response=replace(response, note=self._gave_up(delay, setting)))
-        return Stop(response=response)
-
-    def _busy(self, response: Response) -> Retry | Stop:
-        """The service said it did not act and to come back: retry within ``retry_budget``."""
-        delay = self.backoff(retry_after_seconds(response.headers))
-        within_budget = self.clock() - self.started + delay <= self.config.retry_budget
-        if within_budget and self._may_wait(delay):
-            used = self.clock() - self.started
-            return Retry(
-                delay,
-                f"answered {response.status_code}",
-                f"next attempt {self.attempts + 1}; {used:.0f} s of the "
-                f"{self.config.retry_budget:g} s retry budget used",
-            )
-        setting = f"the connection's retry_budget of {self.config.retry_budget:g} s"
-        return Stop(
-            response=replace(response, note=self._gave_up(delay, setting if not within_budget else ""))
-        )
-
-    def _after_failure(self, failure: TransportFailure) -> Retry | Stop:
-        if failure.kind is Failure.UNKNOWN and not self.call.idempotent:
-            return Stop(error=self.call.outcome_unknown(failure.reason))
-        delay = self.backoff(None)
-        if failure.kind is not Failure.FATAL and self._may_count(delay):
-            return Retry(delay, f"failed ({failure.reason})", self._count_progress())
-        return Stop(
-            error=CrewTransportError(
-                self.call.explain(
-                    f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
-                    f"{failure.reason}",
-                    acted_on=False,
+        step = self.rule[what_came_back(outcome)]
+        if step is Step.READ:
+            assert isinstance(outcome, Response)
+            return outcome
+        if step is Step.NEVER_AGAIN:
+            return self.call.outcome_unknown(unknown_reason(outcome))
+        if isinstance(outcome, Response):
+            delay, why = self.backoff(retry_after_seconds(outcome.headers)), f"answered {outcome.status_code}"
+        else:
+            delay, why = self.backoff(None), f"failed ({outcome.reason})"
+        setting = ""  # the connection's setting that ran out, if one did
+        if step is Step.AGAIN_WHEN_BUSY:
+            used, budget = self.clock() - self.started, self.config.retry_budget
+            if used + delay > budget:
+                setting = f"the connection's retry_budget of {budget:g} s"
+            elif self._may_wait(delay):
+                progress = (
+                    f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
                 )
+                return Retry(delay, why, progress)
+        elif step is Step.AGAIN:
+            if self.counted_retries < self.config.retry_limit and self._may_wait(delay):
+                self.counted_retries += 1
+                return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}")
+            setting = f"the connection's retry_limit of {self.config.retry_limit}"
+        if isinstance(outcome, Response):  # the last answer, with why the retries stopped
+            return replace(outcome, note=self._gave_up(delay, setting))
+        return CrewTransportError(
+            self.call.explain(
+                f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
+                f"{outcome.reason}",
+                acted_on=False,
             )
         )
 
@@ -255,15 +261,6 @@ class RetryPolicy:
             return False
         return self.deadline is None or self.clock() + delay < self.deadline
 
-    def _may_count(self, delay: float) -> bool:
-        if self.counted_retries >= self.config.retry_limit or not self._may_wait(delay):
-            return False
-        self.counted_retries += 1
-        return True
-
-    def _count_progress(self) -> str:
-        return f"retry {self.counted_retries} of {self.config.retry_limit}"
-
     def _gave_up(self, delay: float, setting: str) -> str:
         """Why the retries stopped: the deadline, a one-try call or the connection's setting."""
         if self.deadline is not None and self.clock() + delay >= self.deadline:
@@ -280,47 +277,11 @@ class RetryPolicy:
         return f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {why}."
 
 
-class _Decisions:
-    """tenacity runs the retry loop; every decision in it is the policy's: repeat or not, after how long."""
-
-    def __init__(self, policy: RetryPolicy) -> None:
-        self.policy = policy
-        self.step: Retry | Stop = Stop()
-
-    def after(self, outcome: Response | TransportFailure) -> bool:
-        """Decide after an attempt: True to repeat it."""
-        self.step = self.policy.decide(outcome)
-        return isinstance(self.step, Retry)
-
-    def repeat(self, state: tenacity.RetryCallState) -> bool:
-        if state.outcome is None or state.outcome.failed:  # a typed error (a body over the cap): raised
-            return False
-        return self.after(state.outcome.result())
-
-    def delay(self, state: tenacity.RetryCallState | None = None) -> float:
-        step = self.step
-        assert isinstance(step, Retry)
-        log.warning(
-            "%s %s; retrying in %.1f s (%s)", self.policy.call.endpoint, step.why, step.delay, step.progress
-        )
-        return step.delay
-
-    def answer(self) -> Response:
-        """The answer the policy stopped at, or its error."""
-        step = self.step
-        assert isinstance(step, Stop)
-        if step.error is not None:
-            raise step.error
-        assert step.response is not None
-        return step.response
-
-    def loop_args(self) -> dict[str, Any]:
-        return {"retry": self.repeat, "wait": self.delay, "stop": tenacity.stop_never}
-
-
-# Most calls end at their first attempt, which is sent before tenacity's loop is entered: measured
-# here, the loop costs ~13 µs per call in a thread and ~120 µs per status poll on an event loop (it
-# inspects its callables on every turn), more than half of what the poll costs the triggerer without it.
+def _logged(policy: RetryPolicy, retry: Retry) -> float:
+    log.warning(
+        "%s %s; retrying in %.1f s (%s)", policy.call.endpoint, retry.why, retry.delay, retry.progress
+    )
+    return retry.delay
 
 
 def send_with_retries(
@@ -329,15 +290,11 @@ def send_with_retries(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
-
-    def attempt() -> Response | TransportFailure:
-        return send(policy.call, policy.limits())
-
-    decisions = _Decisions(policy)
-    if decisions.after(attempt()):
-        sleep(decisions.delay())
-        tenacity.Retrying(sleep=sleep, **decisions.loop_args())(attempt)
-    return decisions.answer()
+    while isinstance(step := policy.decide(send(policy.call, policy.limits())), Retry):
+        sleep(_logged(policy, step))
+    if isinstance(step, CrewError):
+        raise step
+    return step
 
 
 async def asend_with_retries(
@@ -345,13 +302,9 @@ async def asend_with_retries(
     policy: RetryPolicy,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Response:
-    """The async twin of :func:`send_with_retries`."""
-
-    async def attempt() -> Response | TransportFailure:  # a coroutine function: tenacity awaits it
-        return await send(policy.call, policy.limits())
-
-    decisions = _Decisions(policy)
-    if decisions.after(await attempt()):
-        await sleep(decisions.delay())
-        await tenacity.AsyncRetrying(sleep=sleep, **decisions.loop_args())(attempt)
-    return decisions.answer()
+    """:func:`send_with_retries` with an async transport's ``send``."""
+    while isinstance(step := policy.decide(await send(policy.call, policy.limits())), Retry):
+        await sleep(_logged(policy, step))
+    if isinstance(step, CrewError):
+        raise step
+    return step

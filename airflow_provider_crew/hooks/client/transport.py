@@ -3,46 +3,29 @@
 A task's calls (kickoff, resume, inputs, a blocking wait's status reads) go through
 :class:`SyncTransport`; the triggers' status reads through :class:`AsyncTransport`, whose one
 ``aiohttp`` session per event loop every trigger in a triggerer shares. Each reports the answer
-(:class:`~.response.Response`) or how far it got before failing (:class:`TransportFailure`);
+(:class:`~.response.Response`) or how far it got before failing (:class:`~.retry.TransportFailure`);
 :mod:`.retry` decides what comes next. Redirects are followed only as :mod:`.redirects` allows.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import http.client
 import time
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.hooks.client.limits import READ_CHUNK, BodyCap, Limits
 from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, redirect_target
 from airflow_provider_crew.hooks.client.request import Call
 from airflow_provider_crew.hooks.client.response import Response
+from airflow_provider_crew.hooks.client.retry import Came, TransportFailure
 
 if TYPE_CHECKING:
     # Imported where used: a DAG file that imports an operator or sensor needs them only when a
     # task runs or a trigger polls.
     import aiohttp
     import requests
-
-
-class Failure(str, enum.Enum):
-    """How far a request got when the transport failed: it decides whether a repeat is safe."""
-
-    NOT_SENT = "not_sent"  # refused, DNS, connect time-out: the service never saw it
-    UNKNOWN = "unknown"  # read time-out, reset after sending, over the time bound: it may have acted
-    FATAL = "fatal"  # TLS or URL problems that a repeat will not fix
-
-
-@dataclass(slots=True)
-class TransportFailure:
-    """An attempt that got no answer: how far it got, and why (for error messages)."""
-
-    kind: Failure
-    reason: str
 
 
 # What OpenSSL says of a handshake it refused: a certificate or host name not verified, a peer that
@@ -58,13 +41,13 @@ TLS_HANDSHAKE_REFUSALS = (
 
 def over_time(limits: Limits) -> TransportFailure:
     """The failure of an attempt that ran past its total time bound."""
-    return TransportFailure(Failure.UNKNOWN, f"no complete answer within {limits.total:.3g} s")
+    return TransportFailure(Came.LOST, f"no complete answer within {limits.total:.3g} s")
 
 
 # -- sync: requests -------------------------------------------------------------------------------------
 
 
-def classify_requests_error(error: requests.RequestException) -> Failure:
+def classify_requests_error(error: requests.RequestException) -> Came:
     """How far a request got when ``requests`` raised ``error``.
 
     :param error: What ``requests`` raised.
@@ -76,11 +59,9 @@ def classify_requests_error(error: requests.RequestException) -> Failure:
         # A refusal in the handshake: nothing was sent, and a repeat meets it again. urllib3 raises any
         # other TLS failure the same way, also one in the answer to a request already sent.
         text = str(error).lower()
-        return (
-            Failure.FATAL if any(refusal in text for refusal in TLS_HANDSHAKE_REFUSALS) else Failure.UNKNOWN
-        )
+        return Came.REFUSED if any(refusal in text for refusal in TLS_HANDSHAKE_REFUSALS) else Came.LOST
     if isinstance(error, requests.exceptions.ConnectTimeout):
-        return Failure.NOT_SENT
+        return Came.NOTHING
     if isinstance(error, requests.exceptions.ConnectionError):
         # urllib3 wraps "could not connect" (refused, DNS) as NewConnectionError in the reason.
         inner = error.args[0] if error.args else None
@@ -88,11 +69,11 @@ def classify_requests_error(error: requests.RequestException) -> Failure:
         if isinstance(reason, urllib3.exceptions.NewConnectionError) or isinstance(
             inner, urllib3.exceptions.NewConnectionError
         ):
-            return Failure.NOT_SENT
-        return Failure.UNKNOWN
+            return Came.NOTHING
+        return Came.LOST
     if isinstance(error, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema)):
-        return Failure.FATAL
-    return Failure.UNKNOWN
+        return Came.REFUSED
+    return Came.LOST
 
 
 def describe_requests_error(error: BaseException) -> str:
@@ -166,7 +147,7 @@ class SyncTransport:
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as error:
             if time.monotonic() - started >= limits.total * 0.99:
                 return over_time(limits)
-            return TransportFailure(Failure.UNKNOWN, describe_requests_error(error))
+            return TransportFailure(Came.LOST, describe_requests_error(error))
         finally:
             if complete:
                 raw.raw.release_conn()  # back to the pool for the next request
@@ -175,7 +156,7 @@ class SyncTransport:
         return Response(raw.status_code, raw.headers, body.finish())
 
 
-def classify_aiohttp_error(error: BaseException) -> Failure:
+def classify_aiohttp_error(error: BaseException) -> Came:
     """How far a request got when ``aiohttp`` raised ``error``.
 
     :param error: What ``aiohttp`` (or its time-out) raised.
@@ -183,13 +164,13 @@ def classify_aiohttp_error(error: BaseException) -> Failure:
     import aiohttp
 
     if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
-        return Failure.FATAL
+        return Came.REFUSED
     connect_timeout = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp 3.10+
     if isinstance(error, aiohttp.ClientConnectorError) or (
         connect_timeout and isinstance(error, connect_timeout)
     ):
-        return Failure.NOT_SENT
-    return Failure.UNKNOWN
+        return Came.NOTHING
+    return Came.LOST
 
 
 _ENCODING = "Content-Encoding"
@@ -198,27 +179,12 @@ _ENCODING = "Content-Encoding"
 # -- async: aiohttp, the session shared per event loop ------------------------------------------------
 
 
-@dataclass
-class _LoopSession:
-    session: aiohttp.ClientSession
-    closer: asyncio.Task[None] | None = None
-
-
 # One aiohttp session per event loop, shared by every trigger in a triggerer: measured here a
-# shared session costs ~170 µs CPU per poll against ~660 µs for a new session per poll.
-_loop_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSession] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _new_session(user_agent: str) -> aiohttp.ClientSession:
-    import aiohttp
-
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
-        headers={"User-Agent": user_agent},
-        raise_for_status=False,
-    )
+# shared session costs ~170 µs CPU per poll against ~660 µs for a new session per poll. Each entry
+# holds the task that closes its session when the loop ends (the loop keeps only a weak reference).
+SHARED_SESSIONS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, asyncio.Task[None]]
+] = weakref.WeakKeyDictionary()
 
 
 async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
@@ -234,9 +200,9 @@ async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
     try:
         await asyncio.Event().wait()
     finally:
-        entry = _loop_sessions.get(loop)
-        if entry is not None and entry.session is session:
-            del _loop_sessions[loop]
+        entry = SHARED_SESSIONS.get(loop)
+        if entry is not None and entry[0] is session:
+            del SHARED_SESSIONS[loop]
         await session.close()
 
 
@@ -246,34 +212,20 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
     :param user_agent: The ``User-Agent`` a new session sends.
     """
     loop = asyncio.get_running_loop()
-    entry = _loop_sessions.get(loop)
-    if entry is None or entry.session.closed:
-        entry = _LoopSession(_new_session(user_agent))
-        # The entry holds the task: the loop keeps only a weak reference to it.
-        entry.closer = loop.create_task(
-            _close_when_the_loop_ends(entry.session), name="airflow-provider-crew: close the shared session"
+    entry = SHARED_SESSIONS.get(loop)
+    if entry is None or entry[0].closed:
+        import aiohttp
+
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
+            headers={"User-Agent": user_agent},
+            raise_for_status=False,
         )
-        _loop_sessions[loop] = entry
-    return entry.session
-
-
-def loop_session() -> aiohttp.ClientSession | None:
-    """The running loop's shared session, if it has one (for tests)."""
-    entry = _loop_sessions.get(asyncio.get_running_loop())
-    return None if entry is None else entry.session
-
-
-async def close_shared_sessions() -> None:
-    """Close the running loop's shared session now (tests and clean shutdowns)."""
-    entry = _loop_sessions.get(asyncio.get_running_loop())
-    if entry is None:
-        return
-    if entry.closer is not None and not entry.closer.done():
-        entry.closer.cancel()
-        await asyncio.wait([entry.closer])  # its finally closes and forgets the session
-    _loop_sessions.pop(asyncio.get_running_loop(), None)
-    if not entry.session.closed:
-        await entry.session.close()
+        closer = loop.create_task(
+            _close_when_the_loop_ends(session), name="airflow-provider-crew: close the shared session"
+        )
+        entry = SHARED_SESSIONS[loop] = (session, closer)
+    return entry[0]
 
 
 class AsyncTransport:

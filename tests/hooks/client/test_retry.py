@@ -1,9 +1,12 @@
 """The retry policy on its own (no I/O): every outcome of an attempt, for a GET and for a POST.
 
-The table below is docs/contract.md's "Retries: which answers are safe to repeat", as code.
+OUTCOMES below is docs/contract.md's "Retries: which answers are safe to repeat" as examples; the
+POST rule in docs/reliability.md is checked to be the policy's own table.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +14,19 @@ from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewOutcomeUnknownError, CrewTransportError
 from airflow_provider_crew.hooks.client.request import Call, post_call
 from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.retry import Retry, RetryPolicy, Stop, retry_after_seconds
-from airflow_provider_crew.hooks.client.transport import Failure, TransportFailure
+from airflow_provider_crew.hooks.client.retry import (
+    GET_RULE,
+    POST_RULE,
+    Came,
+    Retry,
+    RetryPolicy,
+    TransportFailure,
+    retry_after_seconds,
+    what_came_back,
+)
 from airflow_provider_crew.hooks.crew import KICKOFF_IF_UNKNOWN
 
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 CONFIG = CrewConnectionConfig(base_url="https://crew.example.test", token="policy-token-a1b2")
 
 
@@ -64,9 +76,9 @@ FAIL = "transport error"
 
 OUTCOMES = [
     # outcome of the attempt,                           GET,   POST
-    (TransportFailure(Failure.NOT_SENT, "refused"), SAFE, SAFE),
-    (TransportFailure(Failure.UNKNOWN, "read timed out"), SAFE, UNSAFE),
-    (TransportFailure(Failure.FATAL, "certificate verify failed"), FAIL, FAIL),
+    (TransportFailure(Came.NOTHING, "refused"), SAFE, SAFE),
+    (TransportFailure(Came.LOST, "read timed out"), SAFE, UNSAFE),
+    (TransportFailure(Came.REFUSED, "certificate verify failed"), FAIL, FAIL),
     (answer(429), SAFE, SAFE),
     (answer(503, "1"), SAFE, SAFE),  # the service's own "busy": it did not act
     (answer(503, body=SERVICE_BUSY), SAFE, SAFE),
@@ -94,14 +106,14 @@ OUTCOMES = [
 ]
 
 
-def verdict(step: Retry | Stop) -> str:
+def verdict(step: Retry | Response | Exception) -> str:
     if isinstance(step, Retry):
         return SAFE
-    if isinstance(step.error, CrewOutcomeUnknownError):
+    if isinstance(step, CrewOutcomeUnknownError):
         return UNSAFE
-    if isinstance(step.error, CrewTransportError):
+    if isinstance(step, CrewTransportError):
         return FAIL
-    assert step.response is not None
+    assert isinstance(step, Response)
     return ANSWER
 
 
@@ -111,36 +123,52 @@ def test_which_outcomes_are_safe_to_repeat(outcome, get, post):
     assert verdict(policy("POST").decide(outcome)) == post
 
 
-def test_the_post_rule_table_is_what_the_policy_does():
-    """Each row of POST_RULE that an answer can hit, checked against post_answer."""
-    from airflow_provider_crew.hooks.client.retry import POST_RULE, PostAnswer, post_answer
-
-    assert [meaning for _, meaning in POST_RULE].count(PostAnswer.BUSY) == 2
-    assert post_answer(answer(429)) is PostAnswer.BUSY
-    assert post_answer(answer(503, "Wed, 21 Oct 2015 07:28:00 GMT")) is PostAnswer.BUSY
-    assert post_answer(answer(503, body=SERVICE_BUSY)) is PostAnswer.BUSY
-    assert post_answer(answer(503, body=ENVOY_RESET)) is PostAnswer.UNKNOWN
-    assert post_answer(answer(503, body=b'["not", "an", "error"]')) is PostAnswer.UNKNOWN
-    for code in (500, 502, 504, 599):
-        assert post_answer(answer(code, body=SERVICE_BUSY)) is PostAnswer.UNKNOWN
+def test_each_answer_falls_in_its_row_of_the_rules():
+    assert what_came_back(answer(429)) is Came.TOO_MANY
+    assert what_came_back(answer(503, "Wed, 21 Oct 2015 07:28:00 GMT")) is Came.SERVICE_BUSY
+    assert what_came_back(answer(503, body=SERVICE_BUSY)) is Came.SERVICE_BUSY
+    assert what_came_back(answer(503, body=ENVOY_RESET)) is Came.GATEWAY_BUSY
+    assert what_came_back(answer(503, body=b'["not", "an", "error"]')) is Came.GATEWAY_BUSY
+    for code in (502, 504):
+        assert what_came_back(answer(code, body=SERVICE_BUSY)) is Came.GATEWAY_FAILED
+    for code in (500, 599):
+        assert what_came_back(answer(code, body=SERVICE_BUSY)) is Came.SERVER_FAILED
     for code in (200, 307, 400, 401, 404, 422):
-        assert post_answer(answer(code)) is PostAnswer.ANSWERED
+        assert what_came_back(answer(code)) is Came.ANSWER
+    assert set(POST_RULE) == set(GET_RULE) == set(Came)
+
+
+def docs_table(page: Path, heading: str) -> list[list[str]]:
+    """The cells of the first table under ``heading`` in ``page``."""
+    text = page.read_text().split(f"\n{heading}\n", 1)[1]
+    rows = []
+    for line in text.split("\n\n| ", 1)[1].splitlines()[2:]:  # after the header and its rule
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_post_rule_in_the_docs_is_the_table_the_policy_reads():
+    table = docs_table(DOCS / "reliability.md", "## Paid requests: nothing sent twice")
+
+    assert [(row[0], row[2]) for row in table] == [
+        (came.value, step.value) for came, step in POST_RULE.items()
+    ]
 
 
 def test_a_gateway_503_to_a_post_says_why_it_is_not_repeated():
     step = policy("POST").decide(answer(503, body=ENVOY_RESET))
 
-    assert isinstance(step, Stop) and isinstance(step.error, CrewOutcomeUnknownError)
-    assert "HTTP 503 without Retry-After or the service's error body: a gateway's own answer" in str(
-        step.error
-    )
+    assert isinstance(step, CrewOutcomeUnknownError)
+    assert "HTTP 503 without Retry-After or the service's error body: a gateway's own answer" in str(step)
 
 
 def test_an_unknown_outcome_names_what_may_have_happened_and_never_the_token():
     step = policy("POST").decide(answer(504))
 
-    assert isinstance(step, Stop) and isinstance(step.error, CrewOutcomeUnknownError)
-    message = str(step.error)
+    assert isinstance(step, CrewOutcomeUnknownError)
+    message = str(step)
     assert "POST /kickoff" in message and "HTTP 504 from a gateway" in message
     assert "an execution may have started" in message and "not repeated" in message
     assert CONFIG.token not in message
@@ -155,11 +183,8 @@ def test_busy_answers_are_bounded_by_the_retry_budget_not_the_retry_limit():
 
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]  # the next (32 s) would end past 60 s
     assert sum(delays) <= 60
-    assert isinstance(step, Stop) and step.response is not None
-    assert (
-        "Gave up after 6 attempt(s) in 31 s: the connection's retry_budget of 60 s is used up"
-        in step.response.note
-    )
+    assert isinstance(step, Response)
+    assert "Gave up after 6 attempt(s) in 31 s: the connection's retry_budget of 60 s is used up" in step.note
 
 
 def test_retry_after_is_a_floor_and_the_backoff_grows_to_its_cap():
@@ -176,10 +201,10 @@ def test_retry_after_is_a_floor_and_the_backoff_grows_to_its_cap():
 
 def test_failures_that_do_not_say_when_to_come_back_are_bounded_by_the_retry_limit():
     p = policy("GET", retry_limit=2)
-    outcomes = [p.decide(TransportFailure(Failure.NOT_SENT, "refused")) for _ in range(3)]
+    outcomes = [p.decide(TransportFailure(Came.NOTHING, "refused")) for _ in range(3)]
 
-    assert [type(step) for step in outcomes] == [Retry, Retry, Stop]
-    error = outcomes[-1].error
+    assert [type(step) for step in outcomes] == [Retry, Retry, CrewTransportError]
+    error = outcomes[-1]
     assert isinstance(error, CrewTransportError)
     assert str(error) == f"GET /inputs to {CONFIG.base_url}/inputs failed after 3 attempt(s): refused"
 
@@ -190,8 +215,8 @@ def test_no_retry_sleeps_past_the_deadline_and_the_last_attempt_still_gets_a_mom
 
     assert p.limits().total == 3  # the attempt may not outlast the deadline
     step = p.decide(answer(429, "30"))
-    assert isinstance(step, Stop) and step.response is not None
-    assert "the next retry would pass the wait's deadline" in step.response.note
+    assert isinstance(step, Response)
+    assert "the next retry would pass the wait's deadline" in step.note
 
     p.clock.now += 10  # past the deadline: a last read of the status is still allowed a second
     assert p.limits().total == 1.0
@@ -202,7 +227,7 @@ def test_a_one_try_call_never_retries():
 
     step = p.decide(answer(503, "1"))
 
-    assert isinstance(step, Stop) and "this call tries only once" in step.response.note
+    assert isinstance(step, Response) and "this call tries only once" in step.note
 
 
 def test_the_attempt_time_bound_is_connect_plus_read_timeout():

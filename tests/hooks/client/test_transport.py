@@ -31,14 +31,10 @@ from airflow_provider_crew.hooks.client.limits import Limits, describe_size
 from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, redirect_target
 from airflow_provider_crew.hooks.client.request import Call, post_call
 from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.transport import (
-    AsyncTransport,
-    Failure,
-    SyncTransport,
-    TransportFailure,
-    close_shared_sessions,
-)
+from airflow_provider_crew.hooks.client.retry import Came, TransportFailure
+from airflow_provider_crew.hooks.client.transport import AsyncTransport, SyncTransport
 from airflow_provider_crew.testing.faults import gzip_bomb_body
+from tests.conftest import close_shared_sessions
 
 BASE = "https://crew.example.test"
 CONFIG_FOR_POSTS = CrewConnectionConfig(base_url=BASE, token="transport-token-1")
@@ -284,9 +280,9 @@ def test_tls_after_the_request_was_sent_is_an_unknown_outcome_and_a_refused_cert
 
     assert isinstance(outcome, TransportFailure), outcome
     if verify_tls:
-        assert outcome.kind is Failure.FATAL and received == [], outcome
+        assert outcome.came is Came.REFUSED and received == [], outcome
     else:
-        assert outcome.kind is Failure.UNKNOWN and received == [b"/kickoff"], outcome
+        assert outcome.came is Came.LOST and received == [b"/kickoff"], outcome
         assert "SSLError" in outcome.reason
 
 
@@ -302,7 +298,7 @@ def test_a_corrupt_gzip_body_is_a_failed_attempt_that_may_have_been_acted_on(ser
         outcome = asyncio.run(_send_async(c, limits))
 
     # A GET is read again (a failed poll); a POST's outcome is unknown, so it is never repeated.
-    assert isinstance(outcome, TransportFailure) and outcome.kind is Failure.UNKNOWN, outcome
+    assert isinstance(outcome, TransportFailure) and outcome.came is Came.LOST, outcome
 
 
 @pytest.mark.parametrize(
