@@ -658,38 +658,36 @@ def test_a_herd_of_first_polls_is_held_to_the_pacers_rate():
     wanted = [rng.uniform(1.0, 2.0) for _ in range(10_000)]  # a triggerer restart
     delays = [pacer.delay(w, now) for w in wanted]
 
-    per_slot = Counter(int((now + d) / pacer.SLOT) for d in delays)
-    assert max(per_slot.values()) == 50  # 500 a second, 0.1 s slots
+    # A second's worth as wanted, the rest held: then 500 a second (the first second also has the
+    # second's worth, minus what the held ones left).
+    held = sorted(d - w for d, w in zip(delays, wanted, strict=True))
+    assert held[499] == 0.0 and held[500] > 0.0
+    per_second = Counter(int(d) for d in delays)
+    assert per_second[1] <= 1_000 and max(per_second[s] for s in range(2, 21)) <= 550
     assert all(d >= w for d, w in zip(delays, wanted, strict=True))  # later, never sooner than wanted
     assert 19.0 < max(delays) < 21.5  # 10,000 polls at 500 a second, from 1 s on
 
 
 def test_waits_started_alone_or_by_the_hundred_poll_when_they_wanted():
     pacer = trigger_module.FirstPollPacer(per_second=500)
-    wanted = [1.0 + i / 300 for i in range(300)]  # 30 in each 0.1 s slot: room for 50
+    wanted = [1.0 + i / 300 for i in range(300)]
     assert [pacer.delay(w, 100.0) for w in wanted] == wanted
-    # One second later the slots the herd above filled are behind; nothing is held.
-    assert pacer.delay(1.5, 101.6) == 1.5
-
-
-def test_the_pacer_forgets_slots_that_have_passed():
-    pacer = trigger_module.FirstPollPacer(per_second=10)  # one first poll a slot: every slot fills
-    for step in range(30_000):
-        assert pacer.delay(1.0, step * 0.1 + 0.05) == pytest.approx(1.0)  # mid-slot: no rounding
-    assert len(pacer._taken) <= 10_001 and len(pacer._next_open) <= 10_001
+    # One second later the bucket is full again; nothing is held.
+    assert pacer.delay(1.5, 101.0) == 1.5
+    # A steady stream under the rate is never held (400 waits a second for a minute).
+    assert all(pacer.delay(1.0, 102.0 + i / 400) == 1.0 for i in range(24_000))
 
 
 async def test_a_paced_first_poll_still_comes_by_the_deadline():
     pacer = trigger_module.FirstPollPacer.for_running_loop()
     assert trigger_module.FirstPollPacer.for_running_loop() is pacer  # one per event loop
     # The herd is placed at one loop time, so that a stalled test process (CI runs jobs side by side)
-    # cannot move its slots: 2,000 first polls wanted 1-2 s ahead fill four seconds of slots.
+    # cannot refill the bucket: 2,000 first polls wanted 1-2 s ahead hold the last three seconds.
     loop_now = asyncio.get_running_loop().time()
     for _ in range(2_000):
         pacer.delay(random.uniform(1.0, 2.0), loop_now)
     assert pacer.delay(1.5, loop_now) > 4.0
-    # A wait due in 1.5 s polls then, at its deadline, though its slot would be seconds later (the
-    # herd's slots stay full for about three seconds of stall).
+    # A wait due in 1.5 s polls then, at its deadline, though the bucket would hold it seconds longer.
     now = time.time()
     assert trigger_module.first_poll_delay(2.0, now + 1.5, now, pacer=pacer) == pytest.approx(1.5)
 
