@@ -34,13 +34,17 @@ def crew_conn(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(autouse=True)
-def _forget_learned_status_paths():
-    """The hook learns a service's status path per process; every test starts without that memory."""
+def _forget_what_a_process_learned():
+    """The hook learns a service's status path, and the stop rule which services have no /stop, per
+    process; every test starts without that memory."""
     from airflow_provider_crew.hooks.client.request import LEARNED_STATUS_PATHS
+    from airflow_provider_crew.waiting.stopping import _NO_STOP_ENDPOINT
 
-    LEARNED_STATUS_PATHS.clear()
+    for learned in (LEARNED_STATUS_PATHS, _NO_STOP_ENDPOINT):
+        learned.clear()
     yield
-    LEARNED_STATUS_PATHS.clear()
+    for learned in (LEARNED_STATUS_PATHS, _NO_STOP_ENDPOINT):
+        learned.clear()
 
 
 def loop_session() -> aiohttp.ClientSession | None:

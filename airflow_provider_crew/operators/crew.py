@@ -105,30 +105,18 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         private; the input names, the state, the progress and the token usage are always sent
         (docs/lineage.md).
 
-    :xcom return_value: The kickoff id.
+    :xcom return_value:
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
     :xcom kicked_off_at: ``{"kickoff_id", "epoch_seconds"}``: when the execution started. A sensor
         or review task downstream counts its 404 grace period from then.
     :xcom webhooks: ``{"kickoff_id", "task_webhook_url", "step_webhook_url", "crew_webhook_url"}``:
         the webhook URLs this kickoff gave (no authentication settings), for ``CrewResumeOperator``
         to send again at resume.
-    :xcom result: When the wait ends with the execution finished: its final output, a ``dict``
-        when the crew returns structured output (``result_json``), else a string; stored here only.
-        ``None`` when the task ends at a pause or does not wait (not pushed: pulling it, or
-        ``task.output["result"]``, gives ``None``).
-    :xcom human_input: When the wait ends at a pause (``on_human_input="return"``, or ``"fail"``,
-        which pushes it before failing):
-        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
-        wait ends with the execution finished, or the task does not wait.
-    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
-        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
-        ``None`` at a pause, without waiting, or when the service reports no token counts.
-    :xcom status: When waiting: the last status record, as the service sent it, less the outputs
-        another key holds once: at the end the final output (``result``, ``result_json``, and the last
-        task's ``output`` when it is that output), in ``result``; at a pause the paused task's output,
-        in ``human_input``. ``None`` without waiting.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL
-        template; pushed right after the kickoff. The task's "Crew execution" link opens it.
+    :xcom result:
+    :xcom human_input:
+    :xcom usage:
+    :xcom status:
+    :xcom execution_url:
     """
 
     template_fields: Sequence[str] = (

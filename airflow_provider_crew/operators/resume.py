@@ -96,26 +96,15 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         to lineage backends. Off by default, since it may be private; the state, the progress and the
         token usage are always sent (docs/lineage.md).
 
-    :xcom return_value: The kickoff id.
+    :xcom return_value:
     :xcom kickoff_id: The kickoff id.
     :xcom resume: The ``/resume`` answer, ``{"status": "resumed" | "retrying" | "completed",
         "message": ...}``.
-    :xcom result: When the wait ended with the execution finished: its final output; stored here
-        only. ``None`` when the task ended at a pause or did not wait (not pushed: pulling it, or
-        ``task.output["result"]``, gives ``None``).
-    :xcom human_input: When the wait ended at a pause (``on_human_input="return"``, or ``"fail"``,
-        which pushes it before failing):
-        ``{"execution_id", "task_id", "task_output"}`` of the paused crew task. ``None`` when the
-        wait ended with the execution finished, or the task did not wait.
-    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
-        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
-        ``None`` at a pause, without waiting, or when the service reports no token counts.
-    :xcom status: When waiting: the last status record, as the service sent it, less the outputs
-        another key holds once: at the end the final output (``result``, ``result_json``, and the last
-        task's ``output`` when it is that output), in ``result``; at a pause the paused task's output,
-        in ``human_input``. ``None`` without waiting.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL
-        template; pushed before ``POST /resume``. The task's "Crew execution" link opens it.
+    :xcom result:
+    :xcom human_input:
+    :xcom usage:
+    :xcom status:
+    :xcom execution_url:
     """
 
     template_fields: Sequence[str] = (

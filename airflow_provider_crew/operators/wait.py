@@ -102,6 +102,28 @@ class CrewWaitMixin(CrewStopMixin):
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
         up to ``max_poll_interval``.
     :param max_poll_interval: Longest interval between status polls, in seconds.
+
+    The XCom keys of every crew task that waits (its docstring names those it pushes; docs/api.md
+    shows each text once):
+
+    :xcom return_value: The kickoff id.
+    :xcom result: When the wait ends with the execution finished: its final output, a ``dict``
+        when the crew returns structured output (``result_json``), else a string; stored here only.
+        ``None`` when the wait ends at a pause or the task does not wait (not pushed: pulling it, or
+        ``task.output["result"]``, gives ``None``; of a mapped task, a list by map index).
+    :xcom human_input: When the wait ends at a pause (``on_human_input="return"``, or ``"fail"``,
+        which pushes it before failing): ``{"execution_id", "task_id", "task_output"}`` of the paused
+        crew task. ``None`` when the wait ends with the execution finished, or the task does not wait.
+    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
+        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
+        ``None`` at a pause, without waiting, or when the service reports no token counts.
+    :xcom status: When waiting: the last status record, as the service sent it, less the outputs
+        another key holds once: at the end the final output (``result``, ``result_json``, and the last
+        task's ``output`` when it is that output), in ``result``; at a pause the paused task's output,
+        in ``human_input``. ``None`` without waiting.
+    :xcom execution_url: The execution's page, when the connection has an execution page URL
+        template; pushed as soon as the task knows the execution, before it waits or sends anything
+        more. The task's "Crew execution" link opens it.
     """
 
     crew_conn_id: str

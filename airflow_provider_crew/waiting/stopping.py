@@ -160,8 +160,3 @@ async def finish_despite_cancels(work: Coroutine[Any, Any, None]) -> None:
             continue  # Airflow's cancel again: the work goes on; the caller re-raises the first one
         except Exception as error:
             logging.getLogger(__name__).warning("Stopping failed: %r", error)
-
-
-def forget_learned() -> None:
-    """Start over, as a new process would (tests)."""
-    _NO_STOP_ENDPOINT.clear()

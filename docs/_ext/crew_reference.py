@@ -249,7 +249,10 @@ def reference(obj_or_path: Any) -> Reference:
     for base in _own_bases(obj):  # a parameter a base class defines is documented there, once
         base_params, base_xcom = docstring_fields(base.__doc__)[1:]
         param_texts = {**base_params, **param_texts}
-        xcom = xcom if _decorated_operator(obj) is None else {**base_xcom, **xcom}
+        if _decorated_operator(obj) is not None:  # a decorator pushes what its operator pushes
+            xcom = {**base_xcom, **xcom}
+        # A key a docstring names without a text means what a base class says of it, once.
+        xcom = {key: text or base_xcom.get(key, "") for key, text in xcom.items()}
     summary = summary.split("\n\n", 1)[0].replace("\n", " ")
     templating = _decorated_operator(obj) or (obj if inspect.isclass(obj) else None)
     templated_fields = set(getattr(templating, "template_fields", ()) or ()) if templating else None
@@ -532,6 +535,9 @@ def _import_line(path: str) -> str:
 
 
 SAME_ON_EVERY_TASK = "As on every task: [The same words on every task](#the-same-words-on-every-task)."
+# The keys every crew task that waits pushes, one text each (CrewWaitMixin's docstring).
+SHARED_XCOM = ("return_value", "result", "human_input", "usage", "status", "execution_url")
+SAME_XCOM = "As on every task: [Return values and XCom keys](#return-values-and-xcom-keys)."
 
 
 def shared_meanings(refs: list[Reference]) -> dict[str, str]:
@@ -564,20 +570,27 @@ def _vocabulary_table(refs: list[Reference], meanings: dict[str, str]) -> list[s
     return rows
 
 
-def _pointing_to_shared(ref: Reference, meanings: dict[str, str]) -> Reference:
+def _pointing_to_shared(ref: Reference, meanings: dict[str, str], values: dict[str, str]) -> Reference:
     """``ref`` with each shared text replaced by a pointer to the table that holds it once."""
     parameters = [
         replace(p, description=SAME_ON_EVERY_TASK) if meanings.get(p.name) == p.description else p
         for p in ref.parameters
     ]
-    return replace(ref, parameters=parameters)
+    xcom = {key: SAME_XCOM if values.get(key) == text else text for key, text in ref.xcom.items()}
+    return replace(ref, parameters=parameters, xcom=xcom)
 
 
-def _xcom_table(refs: list[Reference]) -> list[str]:
+def _xcom_values(refs: list[Reference]) -> dict[str, str]:
+    """Each key's text as the first task that pushes it says it (the kickoff, for the shared keys)."""
     keys: dict[str, str] = {}
     for ref in refs:
         for key, text in ref.xcom.items():
             keys.setdefault(key, text)
+    return keys
+
+
+def _xcom_table(refs: list[Reference]) -> list[str]:
+    keys = _xcom_values(refs)
     rows = ["| XCom key | " + " | ".join(f"`{ref.name}`" for ref in refs) + " | Value |"]
     rows.append("|---|" + "---|" * len(refs) + "---|")
     for key, text in keys.items():
@@ -614,7 +627,8 @@ def api_page() -> str:
         ref = _ref_or_none(path)
         if ref is None:
             continue
-        ref = _pointing_to_shared(ref, meanings) if path in API_TASKS else ref
+        shared_xcom = {key: text for key, text in _xcom_values(tasks[:3]).items() if key in SHARED_XCOM}
+        ref = _pointing_to_shared(ref, meanings, shared_xcom) if path in API_TASKS else ref
         lines += [f"## {ref.name}", "", "```python", _import_line(path), "```", "", markdown(ref)]
     lines += ["## Errors", "", "```python", "from airflow_provider_crew import exceptions", "```", ""]
     lines += ["| Error | Fails without retry | Meaning |", "|---|---|---|"]

@@ -28,7 +28,6 @@ class AirflowTaskTimeout(Exception):
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    stopping.forget_learned()
     # Airflow's task logger does not reach caplog: read the tasks' lines from a plain logger.
     for cls in (CrewKickoffOperator, CrewStatusSensor):
         monkeypatch.setattr(cls, "log", property(lambda self: logging.getLogger("tests.stop")))

@@ -12,7 +12,6 @@ import pytest
 
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
-from airflow_provider_crew.waiting import stopping
 from tests.conftest import close_shared_sessions
 
 from .test_crew import connect  # noqa: F401 - the fixture
@@ -25,11 +24,6 @@ SLOW = {
     "tasks": [{"name": "long_task", "agent": "Worker", "steps": 1}],
 }
 pytestmark = [pytest.mark.integration, pytest.mark.crew_service(SLOW)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    stopping.forget_learned()
 
 
 def trigger_for(kickoff_id: str, *, stop_crew: bool = True, deadline_in: float = 60) -> CrewStatusTrigger:

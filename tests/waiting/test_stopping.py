@@ -12,13 +12,6 @@ from airflow_provider_crew.waiting import stopping
 URL = "https://crew.example.test"
 
 
-@pytest.fixture(autouse=True)
-def _new_process():
-    stopping.forget_learned()
-    yield
-    stopping.forget_learned()
-
-
 @pytest.mark.parametrize(
     ("state", "deferred", "reason"),
     [
