@@ -98,7 +98,7 @@ from airflow.configuration import conf
 try:
     from airflow_provider_crew.waiting.race import deferral_settle_seconds
 except ImportError:
-    from airflow_provider_crew.operators.wait import deferral_settle_seconds
+    from airflow_provider_crew.waiting.task import deferral_settle_seconds  # trees before 1.0
 print(json.dumps({
     "file": airflow_provider_crew.__file__,
     "task_success_overtime": conf.getfloat("core", "task_success_overtime"),
