@@ -294,12 +294,16 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             ),
             claim={"try_number": try_number(context)},
             # Kept before anything else can fail: a retry must find this execution, not start another.
-            sent=lambda kickoff_id: {"kickoff_id": kickoff_id, "epoch_seconds": time.time()},
+            sent=self._started,
             unrecorded=self._not_recorded,
         )
-        self._kicked_off_at = time.time()
         self.log.info("Started crew execution %s", kickoff_id)
         return kickoff_id
+
+    def _started(self, kickoff_id: str) -> dict[str, Any]:
+        """The record a retry reattaches from; its time is the one XCom ``kicked_off_at`` publishes."""
+        self._kicked_off_at = time.time()
+        return {"kickoff_id": kickoff_id, "epoch_seconds": self._kicked_off_at}
 
     @staticmethod
     def _not_recorded(kickoff_id: str, error: Exception) -> CrewError:
