@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_crew._compat import conf
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.status import CrewState
-from airflow_provider_crew.waiting.xcom import XCOM_WEBHOOKS
+from airflow_provider_crew.waiting.xcom import XCOM_WEBHOOKS, asset_event_extra
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
     from airflow_provider_crew.status import CrewStatus
+    from airflow_provider_crew.waiting.rules import WaitResult
 
 # The notification webhooks a kickoff gives and a resume must give again (the service forgets them).
 WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
@@ -191,3 +192,24 @@ def why_answer_is_outdated(status: CrewStatus, crew_task_id: str, answered_outpu
             "answered (redone, or resumed elsewhere); the answer would apply to text its author never saw."
         )
     return f"The execution moved on before the answer arrived (now: {status.describe()})."
+
+
+def name_execution_in_asset_events(
+    context: Context, task: Any, kickoff_id: str, result: WaitResult | None
+) -> None:
+    """Put the execution (:func:`~airflow_provider_crew.waiting.xcom.asset_event_extra`) in the
+    ``extra`` of the asset event each of the task's asset outlets records when it succeeds.
+
+    A downstream DAG scheduled on the asset reads it from ``triggering_asset_events``. An asset alias
+    is left alone: which asset it stands for is the DAG author's to add, with the extra they choose.
+    """
+    from airflow.sdk import Asset
+
+    assets = [outlet for outlet in getattr(task, "outlets", None) or () if isinstance(outlet, Asset)]
+    if not assets:
+        return
+    followed = task.crew_execution
+    extra = asset_event_extra(kickoff_id, result, followed.url if followed is not None else None)
+    events = context["outlet_events"]
+    for asset in assets:
+        events[asset].extra.update(extra)

@@ -25,6 +25,7 @@ from airflow_provider_crew.operators.base import (
     check_webhook_parameter,
     default_deferrable,
     is_template_or_xcom,
+    name_execution_in_asset_events,
     try_number,
 )
 from airflow_provider_crew.operators.paid_post import PaidPost
@@ -224,6 +225,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=kickoff_id)
         self._follow_execution(context, hook, kickoff_id)  # the execution link and lineage
         if not self.wait_for_completion:
+            name_execution_in_asset_events(context, self, kickoff_id, None)
             return kickoff_id
         result = self._wait(
             context,

@@ -30,7 +30,7 @@ from airflow_provider_crew.exceptions import (
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
-from airflow_provider_crew.operators.base import seconds
+from airflow_provider_crew.operators.base import name_execution_in_asset_events, seconds
 from airflow_provider_crew.operators.wait_stop import CrewStopMixin
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.event import CrewWaitEvent
@@ -400,6 +400,7 @@ class CrewWaitMixin(CrewStopMixin):
         that fail the task, and for a pause when ``on_human_input`` is ``"fail"``."""
         self._end_wait(kickoff_id, result, context)
         self._push_result(context, kickoff_id, result)
+        name_execution_in_asset_events(context, self, kickoff_id, result)
         if result.outcome is Outcome.PAUSED and self.on_human_input is OnHumanInput.FAIL:
             status = result.last_status
             paused = status.paused_task_id if status is not None else None

@@ -101,6 +101,25 @@ def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
     return xcoms
 
 
+def asset_event_extra(
+    kickoff_id: str, result: WaitResult | None, execution_url: str | None
+) -> dict[str, Any]:
+    """What a crew task's asset events carry in ``extra``: the execution that produced them.
+
+    ``kickoff_id``; ``state``, how the task's wait ended (``succeeded``, or ``paused`` with
+    ``on_human_input="return"``; ``running`` when the task did not wait); ``execution_url`` when the
+    connection has an execution page; ``usage`` as XCom ``usage`` has it, when the service reported it.
+    """
+    state = result.outcome.value if result is not None else "running"
+    extra: dict[str, Any] = {"kickoff_id": kickoff_id, "state": state}
+    if execution_url:
+        extra["execution_url"] = execution_url
+    usage = result_xcoms(kickoff_id, result).get(XCOM_USAGE) if result is not None else None
+    if usage is not None:
+        extra[XCOM_USAGE] = usage
+    return extra
+
+
 def end_log_line(kickoff_id: str, result: WaitResult) -> str:
     """The task log's line for a wait that ended finished or paused, with the output under review."""
     status = result.last_status

@@ -518,6 +518,10 @@ code disagree). Every name has one home: import it from the module shown.
   marking the task failed or success or clearing it (`stop_crew`; a sensor only watches, so it stops
   only with `stop_crew=True`). A retry that reattaches, a triggerer restart and a task that did not
   wait stop nothing, nor does anything when the connection's `stop_executions` is off.
+- A crew task with asset `outlets` names its execution in each asset event's `extra`:
+  `{"kickoff_id", "state", "execution_url", "usage"}`, `state` being `succeeded`, `paused` or, for a
+  task that did not wait, `running`; `execution_url` and `usage` when known (the same values as the
+  XComs of those names). A DAG scheduled on the asset reads it from `triggering_asset_events`.
 """
 
 

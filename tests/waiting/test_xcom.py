@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
-from airflow_provider_crew.waiting.xcom import NONE_WHEN_ABSENT, crew_output, result_xcoms
+from airflow_provider_crew.waiting.xcom import NONE_WHEN_ABSENT, asset_event_extra, crew_output, result_xcoms
 
 BIG = "final report " + "x" * 2_000_000  # a 2 MB output
 
@@ -234,3 +234,24 @@ def test_the_crew_xcom_arg_serialises_as_airflows_own(kickoff):
     assert arg.key == "result" and arg.operator is kickoff
     with pytest.raises(ValueError, match="str lookup"):
         crew_output(kickoff)[0]
+
+
+# -- asset events ----------------------------------------------------------------------------------
+
+
+def test_an_asset_event_names_the_execution_its_state_page_and_tokens():
+    result = finished(result="report", usage_metrics={"prompt_tokens": 3, "completion_tokens": 4})
+    extra = asset_event_extra("k-1", result, "https://crews.example.com/k-1")
+    assert extra == {
+        "kickoff_id": "k-1",
+        "state": "succeeded",
+        "execution_url": "https://crews.example.com/k-1",
+        "usage": result_xcoms("k-1", result)["usage"],
+    }
+    assert extra["usage"]["total_tokens"] == 7
+
+
+def test_an_asset_event_at_a_pause_or_without_a_wait_has_no_tokens_nor_page_it_does_not_know():
+    assert asset_event_extra("k-1", paused(), None) == {"kickoff_id": "k-1", "state": "paused"}
+    assert asset_event_extra("k-1", None, None) == {"kickoff_id": "k-1", "state": "running"}
+    assert "final report" not in json.dumps(asset_event_extra("k-1", finished(result=BIG), None))
