@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import TaskGroup, chain
 
 from airflow_provider_crew._compat import require_human_in_the_loop
 from airflow_provider_crew.exceptions import CrewConfigurationError
@@ -116,7 +116,6 @@ def crew_human_review(
     require_human_in_the_loop(NEEDS_3_1)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise CrewConfigurationError(f"max_rounds must be a whole number of 1 or more, got {max_rounds!r}.")
-    from airflow.sdk import chain
 
     common: dict[str, Any] = {
         "kickoff_id": kickoff_id,

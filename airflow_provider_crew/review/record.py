@@ -83,21 +83,19 @@ def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
 
 class RoundRetry:
     """One round's records in the task state store, about one execution; they do nothing before 3.3.
-    ``timeout`` is the round's wait ``timeout`` (how long they are kept: :class:`PaidPost`)."""
+    Built once per run of the round (``task``: its number, logger and wait ``timeout``)."""
 
-    def __init__(
-        self, context: Context, kickoff_id: str, round_number: int, log: Any, timeout: float
-    ) -> None:
+    def __init__(self, context: Context, kickoff_id: str, task: Any) -> None:
         self.kickoff_id = kickoff_id
-        self.round_number = round_number
-        self.log = log
-        #: The record of this round's ``POST /resume`` to the execution.
+        self.round_number = task.round_number
+        self.log = task.log
+        #: The record of this round's ``POST /resume`` to the execution (kept ``timeout`` and a week).
         self.resume = PaidPost(
             context,
             key=APPLIED_RECORD_KEY,
             request=f"POST /resume to crew execution {kickoff_id}",
-            timeout=timeout,
-            log=log,
+            timeout=task.timeout,
+            log=task.log,
             execution_id=kickoff_id,
         )
 

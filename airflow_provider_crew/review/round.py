@@ -79,13 +79,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     :xcom status: The last status record, when the execution finished before this round.
     """
 
-    template_fields: Sequence[str] = (
-        "kickoff_id",
-        "inputs",
-        "task_webhook_url",
-        "step_webhook_url",
-        "crew_webhook_url",
-    )
+    template_fields: Sequence[str] = (*ReviewTaskBase.template_fields, *WEBHOOK_PARAMETERS)
     ui_color = "#fde2e4"
 
     def __init__(
@@ -139,7 +133,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
 
     def execute(self, context: Context) -> RoundRecord:
         kickoff_id = self._start(context)
-        kept = self._kept_for_retry(context, kickoff_id)
+        kept = RoundRetry(context, kickoff_id, self)
         applied = kept.applied_by_earlier_try()
         if applied is not None:
             return applied
@@ -150,14 +144,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> RoundRecord:
         """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
         kickoff_id, result = self._result_from_event(context, event)
-        return self._on_crew_result(context, self._kept_for_retry(context, kickoff_id), result)
+        return self._on_crew_result(context, RoundRetry(context, kickoff_id, self), result)
 
     def _trigger_success_outcomes(self) -> list[str]:
         return []  # a pause must be asked about, and an end skips the round: both on a worker
-
-    def _kept_for_retry(self, context: Context, kickoff_id: str) -> RoundRetry:
-        """What this round keeps for a retry: built once per run of the task (each resume included)."""
-        return RoundRetry(context, kickoff_id, self.round_number, self.log, self.timeout)
 
     def _on_crew_result(self, context: Context, kept: RoundRetry, result: WaitResult) -> NoReturn:
         kickoff_id = kept.kickoff_id
@@ -295,7 +285,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                     "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
                 )
         record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, self._kept_for_retry(context, kickoff_id), record)
+        return self._send(context, RoundRetry(context, kickoff_id, self), record)
 
     def _send(self, context: Context, kept: RoundRetry, record: RoundRecord) -> RoundRecord:
         """Resume the execution with the answer (recorded in ``kept.resume``), unless it no longer waits on
