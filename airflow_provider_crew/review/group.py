@@ -1,14 +1,11 @@
-"""Human review of a paused crew execution in Airflow's human-in-the-loop UI: one task per round.
+"""Human review as a task group: for each round a ``wait_<n>`` sensor and a ``round_<n>``, then
+``result`` (docs/human-review.md). Each round is its own task instance, so each has its own request,
+showing the output it asks about.
 
-:func:`crew_human_review` lays out a task group: for each round a ``wait_<n>`` sensor and a
-``round_<n>``, then ``result`` (docs/human-review.md, "The shape"). Each round is its own task
-instance, so each has its own request, showing the output it asks about, and its own answer.
-
-Why a sensor before each round: a round must write its request from a worker, once the crew has
-paused. A task that defers and is resumed on a worker soon after can be failed by Airflow's stale
-executor-event race (:mod:`airflow_provider_crew.waiting.race`). The sensor waits without a worker
-slot, and its trigger ends it at the pause (no worker resumes it, so no race and no hold); the round
-then starts as a new task instance and asks at once.
+Why a sensor before each round: a round must ask from a worker once the crew has paused, and a task
+resumed on a worker soon after it deferred can be failed by Airflow's stale executor-event race
+(:mod:`airflow_provider_crew.waiting.race`). The sensor's trigger ends it at the pause (no worker
+resumes it: no race, no hold); the round then starts as a new task instance and asks at once.
 """
 
 from __future__ import annotations
