@@ -1,14 +1,8 @@
-"""The reviewer's answer: how a round waits for it and reads it.
+"""The reviewer's answer: how a round waits for it (:func:`ask`, :func:`collect`) and reads it.
 
-- Waiting: :func:`ask` writes Airflow's human-in-the-loop request and waits without a worker slot.
-  Airflow 3.3+ parks the task (``awaiting_input``; the answer resumes it). Airflow 3.1-3.2 defer it
-  to :class:`CrewReviewAnswerTrigger`, which holds the answer back until the deferral is surely
-  handled (Airflow's stale executor-event race,
-  :func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`). :func:`collect` waits for the
-  answer to a request an earlier try wrote.
-- Reading: :func:`answer_from_event`, :func:`feedback_for_crew`.
-
-What a round keeps for a retry is in :mod:`.record`.
+Airflow 3.3+ parks the task (``awaiting_input``; the answer resumes it). Airflow 3.1-3.2 defer it to
+:class:`CrewReviewAnswerTrigger`, which holds the answer back until the deferral is surely handled
+(Airflow's stale executor-event race, :mod:`airflow_provider_crew.waiting.race`).
 """
 
 from __future__ import annotations
@@ -35,45 +29,42 @@ APPROVED_WITHOUT_TEXT = "Approved."
 # -- waiting for the answer -------------------------------------------------------------------------
 
 
-def answer_params() -> dict[str, Any]:
-    """The request's one form field, ``feedback``, in the form the running Airflow stores."""
+def answer_form(task: Any) -> dict[str, Any]:
+    """What the request offers, as both its writer and the trigger that reads its answer must say it:
+    the options, the time-out default, and one form field, ``feedback`` (as the running Airflow stores it).
+    """
     from airflow.sdk.definitions.param import Param
 
-    return hitl_params(
-        {
-            FEEDBACK_PARAM: Param(
-                "",
-                type=["string", "null"],
-                title="Feedback",
-                description="Required with 'Request changes': what the crew should change. Optional "
-                "with 'Approve': added to the crew's context.",
-            )
-        }
+    feedback = Param(
+        "",
+        type=["string", "null"],
+        title="Feedback",
+        description="Required with 'Request changes': what the crew should change. Optional "
+        "with 'Approve': added to the crew's context.",
     )
+    return {
+        "options": list(OPTIONS),
+        "defaults": [APPROVE] if task.approve_on_timeout else None,
+        "multiple": False,
+        "params": hitl_params({FEEDBACK_PARAM: feedback}),
+    }
 
 
 def ask(task: Any, context: Context, request: ReviewRequest, kwargs: dict[str, Any]) -> NoReturn:
-    """Write ``request`` as this task instance's human-in-the-loop request; wait for the answer, slot-free.
-
-    Airflow 3.3+ parks the task in ``awaiting_input`` (the answer resumes it directly in
-    ``execute_review``). Airflow 3.1-3.2 defer it to a trigger that polls for the answer
-    (:func:`collect`).
+    """Write ``request`` as this task instance's human-in-the-loop request; wait for the answer, slot-free:
+    parked on 3.3+ (the answer resumes ``execute_review`` directly), else :func:`collect`.
 
     :param task: The round (its ``assigned_users``, ``approve_on_timeout``, ``response_timeout``).
-    :param request: What the reviewer reads.
     :param kwargs: What ``execute_review`` is called with besides the answer.
     """
     from airflow.sdk.execution_time.hitl import upsert_hitl_detail
 
     upsert_hitl_detail(
         ti_id=context["task_instance"].id,
-        options=list(OPTIONS),
         subject=request["subject"],
         body=request["body"],
-        defaults=[APPROVE] if task.approve_on_timeout else None,
-        multiple=False,
-        params=answer_params(),
         assigned_users=[dict(user) for user in task.assigned_users],  # type: ignore[misc]
+        **answer_form(task),
     )
     parked = task_awaiting_input(method_name="execute_review", kwargs=kwargs, timeout=task.response_timeout)
     if parked is not None:
@@ -94,12 +85,9 @@ def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:
     task.defer(
         trigger=CrewReviewAnswerTrigger(
             ti_id=context["task_instance"].id,
-            options=list(OPTIONS),
-            defaults=[APPROVE] if task.approve_on_timeout else None,
-            params=answer_params(),
-            multiple=False,
             timeout_datetime=utcnow() + response_timeout if response_timeout else None,
             not_before=time.time() + deferral_settle_seconds(),
+            **answer_form(task),
         ),
         method_name="execute_review",
         kwargs=kwargs,
@@ -113,12 +101,9 @@ def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:
 def answer_from_event(
     event: Any, *, kickoff_id: str, crew_task_id: str, response_timeout: timedelta | None
 ) -> ReviewAnswer:
-    """The reviewer's answer in a human-in-the-loop event.
+    """The reviewer's answer in the human-in-the-loop event the round resumed with (the other
+    arguments name the pause in the time-out's message).
 
-    :param event: The event the round resumed with: the answer, or an error such as a time-out.
-    :param kickoff_id: The execution under review (for the time-out message).
-    :param crew_task_id: The paused crew task the answer is about (for the time-out message).
-    :param response_timeout: How long the round waited (for the time-out message).
     :raises CrewReviewTimeoutError: Nobody answered in time (and no default answer was set).
     :raises CrewError: The request failed otherwise, or the event holds no single known option.
     """
@@ -149,11 +134,7 @@ def answer_from_event(
 
 
 def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) -> str:
-    """The feedback sent with the resume: the reviewer's words, or why an approval has none.
-
-    :param answer: The reviewer's answer.
-    :param response_timeout: How long the round waited (named when the approval is the time-out default).
-    """
+    """The feedback sent with the resume: the reviewer's words, or why an approval has none."""
     return answer["feedback"].strip() or (
         f"Approved automatically: no answer within {response_timeout}."
         if answer["timed_out"]
@@ -169,13 +150,11 @@ class CrewReviewAnswerTrigger(HITLTrigger):
     Wait for a review answer in the triggerer: every round's wait on Airflow 3.1-3.2; on 3.3+ only a
     retried round's, which collects the answer to the request an earlier try wrote.
 
-    Airflow's ``HITLTrigger``, holding the answer back until the task that deferred is surely gone.
+    Airflow's ``HITLTrigger``, holding the answer back: a reviewer can answer within a second of the
+    request appearing, and an event that resumes the task before the scheduler has handled the exit
+    of the process that deferred gets the task failed (apache/airflow#67287).
 
-    A reviewer can answer within a second of the request appearing. An event that resumes the task
-    before the scheduler has handled the exit of the process that deferred gets the task failed
-    (apache/airflow#67287); ``not_before`` is when that is surely done.
-
-    :param not_before: Epoch seconds before which no event is fired.
+    :param not_before: Epoch seconds before which no event is fired (when that exit is surely handled).
     :param kwargs: ``HITLTrigger``'s own arguments.
     """
 

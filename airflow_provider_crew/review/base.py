@@ -1,9 +1,5 @@
-"""What the tasks of a human review share: the execution, the connection, the wait, the records.
-
-A review is a task group (:func:`~airflow_provider_crew.review.group.crew_human_review`) of rounds
-(:mod:`.round`) and a result task (:mod:`.result`); both are built on :class:`ReviewTaskBase`,
-whose ``__init__`` is the one definition of the parameters they share.
-"""
+"""What the rounds and the result task of a review share: :class:`ReviewTaskBase`, whose ``__init__``
+is the one definition of their shared parameters."""
 
 from __future__ import annotations
 
@@ -35,37 +31,18 @@ NEEDS_3_1 = (
 )
 
 
-def check_airflow_supports_review() -> None:
-    """Refuse, at DAG parse, on an Airflow without the human-in-the-loop API (3.0)."""
-    require_human_in_the_loop(NEEDS_3_1)
-
-
-def round_task_id(round_number: int) -> str:
-    """The task id (within the group) of review round ``round_number``."""
-    return f"round_{round_number}"
-
-
-def wait_task_id(round_number: int) -> str:
-    """The task id (within the group) of the sensor that waits for round ``round_number``'s pause."""
-    return f"wait_{round_number}"
-
-
 class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     """
     What rounds and the result share: the execution, the connection, the polling settings, the
-    "Crew execution" link and the lineage facets.
+    "Crew execution" link and the lineage facets. The wait's parameters are :class:`CrewWaitMixin`'s.
 
     :param kickoff_id: The execution under review (templated), usually ``kickoff.output``.
     :param round_task_ids: Task ids of every round of the group, in order.
     :param crew_conn_id: The ``crew`` connection the execution was started with.
     :param inputs: The crew's inputs, shown to the reviewer (templated; optional).
-    :param poll_interval: First seconds between status polls.
-    :param max_poll_interval: Longest seconds between status polls.
     :param timeout: Longest wait for the execution to pause or finish.
     :param openlineage_include_values: With the OpenLineage provider installed, also send input values
         and the output in lineage events (off: they may be private).
-    :param stop_crew: Stop the execution when something other than the crew ends this task's wait
-        (:func:`~airflow_provider_crew.review.group.crew_human_review`'s ``stop_crew``).
     """
 
     template_fields: Sequence[str] = ("kickoff_id", "inputs")
@@ -86,7 +63,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         stop_crew: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        check_airflow_supports_review()
+        require_human_in_the_loop(NEEDS_3_1)
         super().__init__(**kwargs)
         if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
             raise CrewConfigurationError("kickoff_id is empty: pass the kickoff task's output.")
@@ -118,17 +95,9 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         if not task_ids:
             return []
         ti = context["ti"]
-        values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)
-        if not isinstance(values, list):
-            values = [values]
+        values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)  # a list: task_ids is one
         return [value for value in values if is_round_record(value)]
 
 
 # ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.
-__all__ = [
-    "XCOM_REVIEW_HISTORY",
-    "XCOM_REVIEW_REQUEST",
-    "check_airflow_supports_review",
-    "round_task_id",
-    "wait_task_id",
-]
+__all__ = ["NEEDS_3_1", "XCOM_REVIEW_HISTORY", "XCOM_REVIEW_REQUEST"]

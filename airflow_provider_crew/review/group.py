@@ -1,19 +1,11 @@
-"""Human review of a paused crew execution in Airflow's human-in-the-loop UI: one task per round.
+"""Human review as a task group: for each round a ``wait_<n>`` sensor and a ``round_<n>``, then
+``result`` (docs/human-review.md). Each round is its own task instance, so each has its own request,
+showing the output it asks about.
 
-:func:`crew_human_review` lays out a task group: for each round a ``wait_<n>`` sensor
-(:class:`~airflow_provider_crew.sensors.crew.CrewStatusSensor`, deferred, ``on_human_input="return"``)
-and a ``round_<n>`` (:class:`~airflow_provider_crew.review.round.CrewReviewRoundOperator`), then
-``result`` (:class:`~airflow_provider_crew.review.result.CrewReviewResultOperator`). Each round is its
-own task instance, so each has its own request in the Required Actions page, showing the output it
-asks about, and its own answer, reviewer and time in Airflow's records. ``result`` waits for the
-execution to finish and returns its output, with every round's record in XCom ``review_history``.
-
-Why a sensor before each round: a round must write its request from a worker, once the crew has
-paused. A task that defers and is resumed on a worker soon after can be failed by Airflow's stale
-executor-event race (:mod:`airflow_provider_crew.waiting.race`), so a deferred round would have to
-hold a pause that comes soon after its deferral, or watch from a worker until it comes. The sensor
-waits without a worker slot, and its trigger ends it at the pause (no worker resumes it, so no race
-and no hold); the round then starts as a new task instance and asks at once.
+Why a sensor before each round: a round must ask from a worker once the crew has paused, and a task
+resumed on a worker soon after it deferred can be failed by Airflow's stale executor-event race
+(:mod:`airflow_provider_crew.waiting.race`). The sensor's trigger ends it at the pause (no worker
+resumes it: no race, no hold); the round then starts as a new task instance and asks at once.
 """
 
 from __future__ import annotations
@@ -22,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import TaskGroup, chain
 
+from airflow_provider_crew._compat import require_human_in_the_loop
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT
-from airflow_provider_crew.review.base import check_airflow_supports_review, round_task_id, wait_task_id
+from airflow_provider_crew.review.base import NEEDS_3_1
 from airflow_provider_crew.review.result import CrewReviewResultOperator
 from airflow_provider_crew.review.round import CrewReviewRoundOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
@@ -40,13 +33,7 @@ DEFAULT_MAX_ROUNDS = 3
 
 
 class CrewReviewGroup(TaskGroup):
-    """The task group :func:`crew_human_review` lays out; wires like any task group.
-
-    ``upstream >> review >> downstream`` runs ``upstream`` before the first round and ``downstream``
-    after the result task. Like a crew task, ``review.output`` is the kickoff id (the result task's
-    return value) and ``review.output["result"]`` the execution's final output;
-    ``review.output["review_history"]`` holds every round's record.
-    """
+    """The task group :func:`crew_human_review` lays out; wires like any task group."""
 
     @property
     def result_task(self) -> CrewReviewResultOperator:
@@ -89,12 +76,8 @@ def crew_human_review(
     """
     Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
 
-    Each round is its own task (``<group_id>.round_<n>``) with its own request in the Required Actions
-    page, after a sensor (``<group_id>.wait_<n>``) that waits, deferred, for the crew to pause; rounds
-    after the crew finished are skipped. Returns the task group
-    (:class:`CrewReviewGroup`): ``upstream >> review >> downstream`` wires it like any task group,
-    ``review.output`` is the kickoff id as on every crew task, ``review.output["result"]`` the final
-    output and ``review.output["review_history"]`` every round's record.
+    Returns :class:`CrewReviewGroup`, which wires like any task group; its ``output`` is the kickoff
+    id, ``output["result"]`` the final output, ``output["review_history"]`` every round's record.
 
     :param kickoff_id: The execution to review (templated), usually ``kickoff.output``.
     :param group_id: The task group's id.
@@ -112,8 +95,9 @@ def crew_human_review(
     :param crew_webhook_url: Crew-completion webhook to send with every resume.
     :param carry_over_webhooks: Re-send the kickoff's webhook addresses at every resume.
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over.
-    :param poll_interval: First seconds between status polls.
-    :param max_poll_interval: Longest seconds between status polls.
+    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
+        up to ``max_poll_interval``.
+    :param max_poll_interval: Longest interval between status polls, in seconds.
     :param timeout: Longest wait for each pause and for the end.
     :param retries: Retries of each task. A round that fails before its answer was applied asks
         again on its retry; one that applied its answer follows the execution.
@@ -122,16 +106,13 @@ def crew_human_review(
         failed by Airflow (docs/human-review.md), and the retry asks again.
     :param openlineage_include_values: With the OpenLineage provider installed, also send input values
         and outputs in the lineage events of the group's tasks.
-    :param stop_crew: Stop the execution (``POST /stop/{kickoff_id}``) when something other than the
-        crew ends a wait of the group: a round's ``response_timeout`` passing without
-        ``approve_on_timeout`` (nobody will answer that pause), the ``timeout``, Airflow's
-        ``execution_timeout``, a user marking a task failed or success or clearing it. ``None`` (the
-        review owns the wait) stops it; ``False`` leaves it running (paused, to resume by hand).
+    :param stop_crew: As on every crew task, and also when a round's ``response_timeout`` passes
+        without ``approve_on_timeout`` (nobody will answer that pause). ``None`` (the review owns the
+        wait) stops the execution; ``False`` leaves it running (paused, to resume by hand).
     """
-    check_airflow_supports_review()
+    require_human_in_the_loop(NEEDS_3_1)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise CrewConfigurationError(f"max_rounds must be a whole number of 1 or more, got {max_rounds!r}.")
-    from airflow.sdk import chain
 
     common: dict[str, Any] = {
         "kickoff_id": kickoff_id,
@@ -146,12 +127,13 @@ def crew_human_review(
         # The wait sensors are the review's own: they stop as the rounds do unless told otherwise.
         "stop_crew": True if stop_crew is None else stop_crew,
     }
+    numbers = range(1, max_rounds + 1)
     group = CrewReviewGroup(group_id=group_id)
     with group:
-        round_ids = [group.child_id(round_task_id(number)) for number in range(1, max_rounds + 1)]
+        round_ids = [group.child_id(f"round_{number}") for number in numbers]
         rounds = [
             CrewReviewRoundOperator(
-                task_id=round_task_id(number),
+                task_id=f"round_{number}",
                 round_number=number,
                 round_task_ids=round_ids,
                 subject=subject,
@@ -166,17 +148,17 @@ def crew_human_review(
                 kickoff_task_id=kickoff_task_id,  # None: the task finds it from kickoff_id
                 **common,
             )
-            for number in range(1, max_rounds + 1)
+            for number in numbers
         ]
         waits = [
             CrewStatusSensor(
-                task_id=wait_task_id(number),
+                task_id=f"wait_{number}",
                 on_human_input=OnHumanInput.RETURN.value,  # the pause (or the end) ends the wait
                 deferrable=True,  # the point of the sensor: no worker slot while the crew works
                 kickoff_task_id=kickoff_task_id,  # None: the task finds it from kickoff_id
                 **{name: value for name, value in common.items() if name != "inputs"},
             )
-            for number in range(1, max_rounds + 1)
+            for number in numbers
         ]
         result = CrewReviewResultOperator(
             task_id="result", round_task_ids=round_ids, trigger_rule="none_failed", **common

@@ -1,12 +1,6 @@
-"""A review round's records: what it asked, what came of it, and what it keeps for a retry.
-
-- :class:`ReviewRequest`: the request a round wrote (XCom ``review_request``; the Crew views read it);
-- :class:`RoundRecord`: the round's record, its return value (each one in ``review_history``);
-- :class:`RoundRetry`: what a round keeps in the task state store (Airflow 3.3+), built once per run
-  of the task, so that a retry neither asks twice nor applies an answer twice.
-
-The records are typed dicts: their JSON form is the XCom value docs/human-review.md and docs/api.md
-document.
+"""A review round's records: what it asked (:class:`ReviewRequest`), what came of it
+(:class:`RoundRecord`), and what it keeps for a retry (:class:`RoundRetry`). The records are typed
+dicts: their JSON form is the XCom value docs/human-review.md documents.
 """
 
 from __future__ import annotations
@@ -15,17 +9,11 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
-from airflow_provider_crew.operators.paid_post import PaidPost, RetryRecords
+from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.status import CrewStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-# Where a round keeps the record of an answer it applied, for a retry of the same round (Airflow 3.3+).
-APPLIED_RECORD_KEY = "crew_review_applied"
-# Where a round keeps what it asked about (execution, crew task, a digest of the output), so that a
-# retry can tell an answer given to its earlier try about this very pause (Airflow 3.3+).
-ASKED_RECORD_KEY = "crew_review_asked"
 
 
 class ReviewRequest(TypedDict):
@@ -75,15 +63,12 @@ def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
 
 
 # -- what a round keeps for its retry -------------------------------------------------------------------
-# Airflow can fail a round around its answer: an answer that lands before the scheduler has handled
-# the parking process's exit gets the task failed (apache/airflow#72716). The task state store
-# (Airflow 3.3+) outlives a try, so a round keeps there
-# - what it asked about, so that a retry collects the answer given to its earlier try about this very
-#   pause instead of asking again (Airflow keeps an answer with its request until a try writes the
-#   request again): a program that answers at once would otherwise lose the race on every try;
-# - the answer it sends (operators.paid_post, as CrewResumeOperator keeps its own): a retry
-#   that finds the record returns it instead of waiting for another pause, so review_history keeps
-#   who approved.
+# Airflow can fail a round around its answer (apache/airflow#72716), and the task state store (3.3+)
+# outlives a try: a round keeps there what it asked about, so that a retry collects the answer given
+# to that request instead of asking again, and the answer it sends (operators.paid_post), so that a
+# retry returns its record (docs/human-review.md, "Airflow's stale executor-event race").
+APPLIED_RECORD_KEY = "crew_review_applied"
+ASKED_RECORD_KEY = "crew_review_asked"
 
 
 def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
@@ -98,48 +83,37 @@ def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
 
 class RoundRetry:
     """One round's records in the task state store, about one execution; they do nothing before 3.3.
+    Built once per run of the round (``task``: its number, logger and wait ``timeout``)."""
 
-    :param context: The task's context.
-    :param kickoff_id: The execution under review.
-    :param round_number: The round, for messages.
-    :param log: The task's logger.
-    :param timeout: The round's wait ``timeout`` in seconds (how long the records are kept, with a week
-        more: :class:`~airflow_provider_crew.operators.paid_post.RetryRecords`).
-    """
-
-    def __init__(
-        self, context: Context, kickoff_id: str, round_number: int, log: Any, timeout: float
-    ) -> None:
+    def __init__(self, context: Context, kickoff_id: str, task: Any) -> None:
         self.kickoff_id = kickoff_id
-        self.round_number = round_number
-        self.log = log
-        #: The record of this round's ``POST /resume`` to the execution.
+        self.round_number = task.round_number
+        self.log = task.log
+        #: The record of this round's ``POST /resume`` to the execution (kept ``timeout`` and a week).
         self.resume = PaidPost(
             context,
             key=APPLIED_RECORD_KEY,
             request=f"POST /resume to crew execution {kickoff_id}",
-            timeout=timeout,
-            log=log,
+            timeout=task.timeout,
+            log=task.log,
             execution_id=kickoff_id,
         )
-        self.records: RetryRecords = self.resume.records
 
     def keep_asked(self, status: CrewStatus) -> None:
         """Keep what this try asks about; a failed write only means a retry asks again."""
         try:
-            self.records.set(ASKED_RECORD_KEY, asked_about(self.kickoff_id, status))
+            self.resume.records.set(ASKED_RECORD_KEY, asked_about(self.kickoff_id, status))
         except Exception as error:
             self.log.warning("Could not keep what round %d asked about: %s", self.round_number, error)
 
     def asked_before(self, status: CrewStatus) -> bool:
         """Whether an earlier try of this run of the round asked about this very pause."""
         try:
-            kept = self.records.get(ASKED_RECORD_KEY)
+            kept = self.resume.records.get(ASKED_RECORD_KEY)
         except Exception as error:  # then ask again: nothing is lost
             self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
             return False
-        asked = asked_about(self.kickoff_id, status)
-        return kept is not None and all(kept.get(key) == value for key, value in asked.items())
+        return kept is not None and asked_about(self.kickoff_id, status).items() <= kept.items()
 
     def applied_by_earlier_try(self) -> RoundRecord | None:
         """The round's record, when an earlier try of this run sent its answer to this execution."""

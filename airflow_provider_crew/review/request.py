@@ -1,12 +1,10 @@
-"""What a reviewer reads: a round's request, in Markdown, and the two answers it offers.
-
-:func:`review_body` writes the request one section after another (why it asks, the output, the
-inputs, the progress, the earlier rounds, how to answer). Plain functions, without I/O or Airflow's
-task machinery: the round (:mod:`.round`) asks, :mod:`.answer` waits for and reads the answer.
+"""What a reviewer reads: a round's request, in Markdown, and the two answers it offers (plain
+functions, without I/O: the round asks, :mod:`.answer` waits for and reads the answer).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,19 +38,10 @@ def review_body(
     retried: bool = False,
     stops_crew: bool = False,
 ) -> str:
-    """The Markdown the reviewer reads: why it asks, the output, inputs, progress, earlier rounds.
-
-    :param kickoff_id: The execution under review.
-    :param status: The status record of the pause.
-    :param earlier: The records of the earlier rounds, in order.
-    :param round_number: Which round asks (1-based).
-    :param total_rounds: How many rounds the review has.
-    :param inputs: The crew's inputs; shown when they are a non-empty mapping.
-    :param response_timeout: How long the round waits for an answer (``None``: no limit).
-    :param approve_on_timeout: Whether no answer within ``response_timeout`` approves.
-    :param retried: Whether an earlier try of this round ended without an answer being applied.
-    :param stops_crew: Whether no answer within ``response_timeout`` stops the execution (``stop_crew``
-        and the connection's ``stop_executions``), or leaves it paused.
+    """The Markdown the reviewer reads, one section after another: why it asks, the output, inputs,
+    progress, earlier rounds (``earlier``: their records), how to answer. ``retried``: an earlier try
+    of this round ended without an answer applied; ``stops_crew``: no answer in time stops the
+    execution (``stop_crew`` and the connection's ``stop_executions``) rather than leaving it paused.
     """
     sections = [
         _header(kickoff_id, crew_task_name(status), round_number, total_rounds),
@@ -179,10 +168,7 @@ def _fenced(text: str) -> str:
     """A code fence longer than any backtick run in the text, so the output shows verbatim."""
     if len(text) > OUTPUT_BODY_LIMIT:
         text = f"{text[:OUTPUT_BODY_LIMIT]}\n… ({len(text) - OUTPUT_BODY_LIMIT} more characters in XCom)"
-    longest = run = 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{text}\n{fence}"
 

@@ -18,19 +18,15 @@ class CrewReviewResultOperator(ReviewTaskBase):
     """
     The end of a review: wait for the execution to finish; push its final output to XCom ``result``.
 
-    Runs after the rounds (``trigger_rule="none_failed"``: skipped rounds are fine). Pushes every
-    round's record to XCom ``review_history`` before waiting. Like every crew task, it returns the
-    kickoff id.
-    Fails when the execution pauses again after the last round, leaving it paused. It takes the
-    parameters every task of a review takes (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
+    Runs after the rounds (``trigger_rule="none_failed"``: skipped rounds are fine). Fails when the
+    execution pauses again after the last round, leaving it paused.
 
-    :xcom return_value: The kickoff id.
+    :xcom return_value:
     :xcom result: The execution's final output.
     :xcom kickoff_id: The execution.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL.
-    :xcom review_history: Every round's record, in order.
-    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
-        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
+    :xcom execution_url:
+    :xcom review_history: Every round's record, in order, pushed before the wait.
+    :xcom usage:
     :xcom status: The last status record; at the end, less the final output, which is stored once,
         in ``result``.
     """

@@ -1,16 +1,8 @@
 """One review round: read the pause, ask the reviewer, send the answer to the crew.
 
-1. The round starts once its ``wait_<n>`` sensor saw the execution pause for human input (or
-   finish: the round then skips). It reads the status once, on its worker;
-2. it writes the request (this round's output, the inputs, the earlier rounds' feedback) and waits
-   for the answer without a worker slot;
-3. it checks that the execution still waits on that output, sends the answer with ``POST /resume``
-   and ends. No task defers again after a resume in the same try, which keeps every resume clear of
-   Airflow's stale executor-event race (see
-   :func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
-
-The request's text is :mod:`.request`; waiting for the answer and reading it, :mod:`.answer`; the
-round's records (the request, the round's record, what it keeps for a retry), :mod:`.record`.
+The round ends right after ``POST /resume``: no task defers again after a resume in the same try,
+which keeps every resume clear of Airflow's stale executor-event race
+(:func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
 """
 
 from __future__ import annotations
@@ -60,47 +52,34 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     """
     One review round: read the pause, ask the reviewer, send the answer to the crew.
 
-    Made by :func:`crew_human_review`, which lays out the rounds, the sensor before each, and the
-    result task. The round skips when the execution finished without (another) pause; when it starts
-    before the pause (run on its own, or cleared), it defers until the pause. Its return value is
-    the round's record (see docs/human-review.md); the request it wrote is in XCom
-    ``review_request``. It takes the parameters every task of a review takes
-    (:class:`~airflow_provider_crew.review.base.ReviewTaskBase`).
+    Made by :func:`crew_human_review` (docs/human-review.md). The round skips when the execution
+    finished without (another) pause; when it starts before the pause (run on its own, or cleared),
+    it defers until the pause.
 
     :param round_number: Which round this is (1-based).
     :param subject: Headline of the request; ``{task}`` is replaced by the paused crew task.
     :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
     :param notifiers: Notifiers called when the request is written (``task.body`` is its text).
     :param response_timeout: How long the round waits for an answer; then it fails and, unless
-        ``approve_on_timeout``, stops the execution (``stop_crew``, on by default: nobody will answer
-        it) or, with ``stop_crew=False``, leaves it paused.
+        ``approve_on_timeout``, stops the execution (``stop_crew``) or leaves it paused.
     :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer (needs a
         ``response_timeout``).
     :param task_webhook_url: Task-completion webhook to send with the resume.
     :param step_webhook_url: Agent-step webhook to send with the resume.
     :param crew_webhook_url: Crew-completion webhook to send with the resume.
-    :param carry_over_webhooks: Re-send the kickoff's webhook addresses at resume (the service
-        forgets them otherwise; docs/contract.md, "Resume").
+    :param carry_over_webhooks: Re-send the kickoff's webhook addresses at resume (docs/contract.md).
     :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
         ``kickoff_id=kickoff.output`` when not given.
 
-    :xcom return_value: This round's record (round, crew_task_id, crew_task, output, answer,
-        is_approve, feedback, responded_by, responded_at, timed_out, applied, and resume_status and
-        resume_message, or note); none when the round is skipped.
+    :xcom return_value: This round's record (:class:`~.record.RoundRecord`; docs/human-review.md
+        lists its keys); none when the round is skipped.
     :xcom kickoff_id: The execution under review.
-    :xcom execution_url: The execution's page, when the connection has an execution page URL.
-    :xcom review_request: The request this round wrote (round, kickoff_id, crew_task_id, crew_task,
-        output, subject, body).
+    :xcom execution_url:
+    :xcom review_request: The request this round wrote (:class:`~.record.ReviewRequest`).
     :xcom status: The last status record, when the execution finished before this round.
     """
 
-    template_fields: Sequence[str] = (
-        "kickoff_id",
-        "inputs",
-        "task_webhook_url",
-        "step_webhook_url",
-        "crew_webhook_url",
-    )
+    template_fields: Sequence[str] = (*ReviewTaskBase.template_fields, *WEBHOOK_PARAMETERS)
     ui_color = "#fde2e4"
 
     def __init__(
@@ -150,15 +129,11 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self.kickoff_task_id = kickoff_task_id or self.kickoff_task_id
         self.body: str | None = None  # this round's request text, for notifiers' templates
 
-    @property
-    def is_last_round(self) -> bool:
-        return self.round_number == len(self.round_task_ids)
-
     # -- waiting for the crew ------------------------------------------------------------------
 
     def execute(self, context: Context) -> RoundRecord:
         kickoff_id = self._start(context)
-        kept = self._kept_for_retry(context, kickoff_id)
+        kept = RoundRetry(context, kickoff_id, self)
         applied = kept.applied_by_earlier_try()
         if applied is not None:
             return applied
@@ -169,14 +144,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> RoundRecord:
         """Back from the crew status trigger: ask on a pause, skip when the execution finished."""
         kickoff_id, result = self._result_from_event(context, event)
-        return self._on_crew_result(context, self._kept_for_retry(context, kickoff_id), result)
+        return self._on_crew_result(context, RoundRetry(context, kickoff_id, self), result)
 
     def _trigger_success_outcomes(self) -> list[str]:
         return []  # a pause must be asked about, and an end skips the round: both on a worker
-
-    def _kept_for_retry(self, context: Context, kickoff_id: str) -> RoundRetry:
-        """What this round keeps for a retry: built once per run of the task (each resume included)."""
-        return RoundRetry(context, kickoff_id, self.round_number, self.log, self.timeout)
 
     def _on_crew_result(self, context: Context, kept: RoundRetry, result: WaitResult) -> NoReturn:
         kickoff_id = kept.kickoff_id
@@ -271,12 +242,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         kickoff_id: str,
         crew_task_id: str,
     ) -> RoundRecord:
-        """Back from the human-in-the-loop wait: send the answer to the crew and end the round.
-
-        :param event: The human-in-the-loop event (answer, or an error such as a time-out).
-        :param kickoff_id: The execution under review.
-        :param crew_task_id: The paused crew task the answer is about.
-        """
+        """Back from the human-in-the-loop wait (``event``: the answer, or an error such as a time-out):
+        send the answer to the crew and end the round."""
         ti = context["ti"]
         asked = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REVIEW_REQUEST, map_indexes=ti.map_index) or {}
         try:
@@ -309,7 +276,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 return self._not_sent(
                     record, "Changes were requested without feedback, so nothing was sent to the crew."
                 )
-            if self.is_last_round:
+            if self.round_number == len(self.round_task_ids):
                 self._not_sent(record, "Changes were requested in the last review round.")
                 raise CrewReviewRoundsExhaustedError(
                     f"All {len(self.round_task_ids)} review rounds are used and round {self.round_number} "
@@ -318,14 +285,11 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                     "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
                 )
         record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, self._kept_for_retry(context, kickoff_id), record)
+        return self._send(context, RoundRetry(context, kickoff_id, self), record)
 
     def _send(self, context: Context, kept: RoundRetry, record: RoundRecord) -> RoundRecord:
-        """Resume the execution with the answer, unless it no longer waits on the reviewed output.
-
-        :param kept: What this round keeps for a retry, with the record of its ``POST /resume``.
-        :param record: This round's record with the answer; returned marked applied, or with a note why not.
-        """
+        """Resume the execution with the answer (recorded in ``kept.resume``), unless it no longer waits on
+        the reviewed output; ``record`` is returned marked applied, or with a note why not."""
         kickoff_id, crew_task_id, output = kept.kickoff_id, record["crew_task_id"], record["output"]
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
