@@ -62,7 +62,7 @@ with DAG(
         crew_conn_id="crew_review",
         inputs=INPUTS,  # shown to the reviewer as context
         max_rounds=3,  # each "Request changes" uses a round
-        response_timeout=timedelta(hours=24),  # then the round fails; the crew stays paused
+        response_timeout=timedelta(hours=24),  # then the round fails and stops the execution (stop_crew)
         poll_interval=1,
     )
 

@@ -21,7 +21,13 @@ from urllib.parse import urlsplit
 
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
-from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_RESULT, XCOM_STATUS, XCOM_USAGE
+from airflow_provider_crew.waiting.xcom import (
+    XCOM_HUMAN_INPUT,
+    XCOM_RESULT,
+    XCOM_REVIEW_REQUEST,
+    XCOM_STATUS,
+    XCOM_USAGE,
+)
 
 #: The task types (``TaskInstance.operator``) of the provider's tasks, and the decorator's name.
 CREW_OPERATORS = (
@@ -130,7 +136,7 @@ def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, 
         select(XComModel.task_id, XComModel.map_index, XComModel.value)
         .join(TI, _pushed_by(TI, XComModel))
         .where(XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id)
-        .where(XComModel.key == "review_request", TI.operator == REVIEW_ROUND)
+        .where(XComModel.key == XCOM_REVIEW_REQUEST, TI.operator == REVIEW_ROUND)
     )
     for task_id, map_index, value in session.execute(query):
         request = _xcom_value(value)

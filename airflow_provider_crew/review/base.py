@@ -22,9 +22,6 @@ from airflow_provider_crew.waiting.xcom import XCOM_KICKOFF_ID
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-XCOM_REVIEW_REQUEST = "review_request"
-XCOM_REVIEW_HISTORY = "review_history"
-
 NEEDS_3_1 = (
     "Human review in the Airflow UI needs Airflow 3.1+ (it uses Airflow's human-in-the-loop API); this "
     "is Airflow {version}. On 3.0, use CrewKickoffOperator(on_human_input='return') and CrewResumeOperator."
@@ -100,4 +97,4 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
 
 # ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.
-__all__ = ["NEEDS_3_1", "XCOM_REVIEW_HISTORY", "XCOM_REVIEW_REQUEST"]
+__all__ = ["NEEDS_3_1"]

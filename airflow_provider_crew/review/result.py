@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew.exceptions import CrewReviewRoundsExhaustedError
-from airflow_provider_crew.review.base import XCOM_REVIEW_HISTORY, ReviewTaskBase
+from airflow_provider_crew.review.base import ReviewTaskBase
 from airflow_provider_crew.review.request import crew_task_name
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.xcom import XCOM_STATUS
+from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_HISTORY, XCOM_STATUS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

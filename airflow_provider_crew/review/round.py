@@ -30,12 +30,12 @@ from airflow_provider_crew.operators.base import (
     try_number,
     why_answer_is_outdated,
 )
-from airflow_provider_crew.review.base import XCOM_REVIEW_REQUEST, ReviewTaskBase
+from airflow_provider_crew.review.base import ReviewTaskBase
 from airflow_provider_crew.review.record import ReviewRequest, RoundRecord, RoundRetry
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
-from airflow_provider_crew.waiting.xcom import XCOM_STATUS, shorten
+from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST, XCOM_STATUS, shorten
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -19,6 +19,9 @@ XCOM_KICKOFF_ID = "kickoff_id"
 XCOM_KICKED_OFF_AT = "kicked_off_at"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
+# What the review's tasks push: a round its request, the result task every round's record.
+XCOM_REVIEW_REQUEST = "review_request"
+XCOM_REVIEW_HISTORY = "review_history"
 # What a wait's end pushes (a trigger that ends the task pushes the same).
 XCOM_RESULT = "result"
 XCOM_STATUS = "status"
