@@ -44,6 +44,14 @@ def seconds(value: timedelta | float | int, parameter: str) -> float:
     return float(value)
 
 
+def required_kickoff_id(value: Any, what: str) -> Any:
+    """``kickoff_id`` as a task was given it (an id, a template, an XComArg); at DAG parse, an error
+    naming ``what`` the task needs it for when it is missing or blank."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise CrewConfigurationError(f"kickoff_id is required: {what}, usually kickoff_id=kickoff.output.")
+    return value
+
+
 def checked_kickoff_id(value: Any, parameter: str = "kickoff_id") -> str:
     """The rendered kickoff id, stripped; an error naming ``parameter`` when it is not a non-empty string.
 

@@ -24,6 +24,7 @@ from airflow_provider_crew.operators.base import (
     default_deferrable,
     is_template_or_xcom,
     rendered_bool,
+    required_kickoff_id,
     resume_webhook_addresses,
     try_number,
     upstream_task_id,
@@ -148,11 +149,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.stop_crew = checked_stop_crew(stop_crew)
-        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
-            raise CrewConfigurationError(
-                "kickoff_id is required: the execution to resume, usually kickoff_id=kickoff.output."
-            )
-        self.kickoff_id = kickoff_id
+        self.kickoff_id = required_kickoff_id(kickoff_id, "the execution to resume")
         self.crew_task_id = crew_task_id
         self.human_feedback = human_feedback
         self.is_approve = is_approve

@@ -8,11 +8,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_crew._compat import BaseOperator, require_human_in_the_loop
-from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
-from airflow_provider_crew.operators.base import checked_kickoff_id, upstream_task_id
+from airflow_provider_crew.operators.base import checked_kickoff_id, required_kickoff_id, upstream_task_id
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
 from airflow_provider_crew.operators.wait_stop import checked_stop_crew
 from airflow_provider_crew.review.record import RoundRecord, is_round_record
@@ -62,9 +61,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     ) -> None:
         require_human_in_the_loop(NEEDS_3_1)
         super().__init__(**kwargs)
-        if kickoff_id is None or (isinstance(kickoff_id, str) and not kickoff_id.strip()):
-            raise CrewConfigurationError("kickoff_id is empty: pass the kickoff task's output.")
-        self.kickoff_id = kickoff_id
+        self.kickoff_id = required_kickoff_id(kickoff_id, "the execution under review")
         self.round_task_ids = list(round_task_ids)
         self.crew_conn_id = crew_conn_id
         self.inputs = inputs

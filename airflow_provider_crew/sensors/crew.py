@@ -17,6 +17,7 @@ from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     checked_kickoff_id,
     default_deferrable,
+    required_kickoff_id,
     seconds,
     upstream_task_id,
 )
@@ -126,7 +127,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     ) -> None:
         interval = one_poll_interval(poll_interval, poke_interval)
         super().__init__(poke_interval=interval, timeout=seconds(timeout, "timeout"), **kwargs)
-        self.kickoff_id = kickoff_id
+        self.kickoff_id = required_kickoff_id(kickoff_id, "the execution to watch")
         self.crew_conn_id = crew_conn_id
         self.on_human_input = OnHumanInput.parse(on_human_input)
         self.deferrable = deferrable

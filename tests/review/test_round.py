@@ -180,7 +180,7 @@ def test_the_group_lays_out_a_wait_and_a_round_per_round_then_the_result_and_wir
     ("kwargs", "message"),
     [
         ({"max_rounds": 0}, "max_rounds must be a whole number of 1 or more"),
-        ({"kickoff_id": " "}, "kickoff_id is empty"),
+        ({"kickoff_id": " "}, "kickoff_id is required: the execution under review"),
         ({"response_timeout": 3600}, r"response_timeout must be a timedelta.*timedelta\(hours=24\)"),
         ({"approve_on_timeout": True}, "approve_on_timeout=True needs a response_timeout"),
         ({"task_webhook_url": "ftp://x"}, "task_webhook_url"),

@@ -317,8 +317,11 @@ def test_bad_input_fails_at_parse(kwargs, message):
         CrewStatusSensor(task_id="wait", kickoff_id="k", **kwargs)
 
 
-def test_an_empty_kickoff_id_is_named_at_task_start():
-    sensor = CrewStatusSensor(task_id="wait", kickoff_id="", deferrable=False)
+def test_an_empty_kickoff_id_is_named_at_parse_and_one_that_renders_empty_at_task_start():
+    with pytest.raises(CrewConfigurationError, match="kickoff_id is required: the execution to watch"):
+        CrewStatusSensor(task_id="wait", kickoff_id=" ")
+    sensor = CrewStatusSensor(task_id="wait", kickoff_id="{{ params.missing }}", deferrable=False)
+    sensor.kickoff_id = ""  # what the template rendered to
     with pytest.raises(CrewConfigurationError, match="kickoff_id rendered to ''"):
         sensor.execute({"ti": FakeTI()})
 
