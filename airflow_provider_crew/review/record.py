@@ -38,6 +38,7 @@ class ReviewRequest(TypedDict):
     output: str | None
     subject: str
     body: str
+    asked_at: float  # epoch seconds
 
 
 class ReviewAnswer(TypedDict):
@@ -118,6 +119,7 @@ class RoundRetry:
             context,
             key=APPLIED_RECORD_KEY,
             request=f"POST /resume to crew execution {kickoff_id}",
+            kind="review",
             timeout=timeout,
             log=log,
             execution_id=kickoff_id,
