@@ -64,123 +64,137 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric(
-        "crew.execution.started",
-        "counter",
-        "executions",
-        TASK,
-        TASK,
-        f"{WORKER}: the kickoff operator, `@task.crew`, the managed agent",
-        "The service answered a `POST /kickoff` with a kickoff id.",
+        name="crew.execution.started",
+        type="counter",
+        unit="executions",
+        tags=TASK,
+        legacy=TASK,
+        emitted_by=f"{WORKER}: the kickoff operator, `@task.crew`, the managed agent",
+        meaning="The service answered a `POST /kickoff` with a kickoff id.",
     ),
     Metric(
-        "crew.execution.ended",
-        "counter",
-        "executions",
-        (*TASK, "state"),
-        (*TASK, "state"),
-        f"whoever observes the end: the {WORKER} (a blocking wait, a sensor, a woken wait) or the "
-        f"{TRIGGERER} (a deferred wait)",
-        "A wait saw its execution end: `succeeded`, `failed`, `revoked`, or `paused` for a person.",
+        name="crew.execution.ended",
+        type="counter",
+        unit="executions",
+        tags=(*TASK, "state"),
+        legacy=(*TASK, "state"),
+        emitted_by=(
+            f"whoever observes the end: the {WORKER} (a blocking wait, a sensor, a woken wait) or the "
+            f"{TRIGGERER} (a deferred wait)"
+        ),
+        meaning="A wait saw its execution end: `succeeded`, `failed`, `revoked`, or `paused` for a person.",
     ),
     Metric(
-        "crew.execution.tokens",
-        "counter",
-        "tokens",
-        (*TASK, "kind"),
-        TASK,
-        "where `crew.execution.ended` is, when the service reports `usage_metrics`",
-        "Tokens the execution used, by `kind` (`total`, `prompt`, `completion`); the legacy name "
-        "counts the total.",
+        name="crew.execution.tokens",
+        type="counter",
+        unit="tokens",
+        tags=(*TASK, "kind"),
+        legacy=TASK,
+        emitted_by="where `crew.execution.ended` is, when the service reports `usage_metrics`",
+        meaning=(
+            "Tokens the execution used, by `kind` (`total`, `prompt`, `completion`); the legacy name "
+            "counts the total."
+        ),
         legacy_only_when=("kind", "total"),
     ),
     Metric(
-        "crew.execution.duration",
-        "timer",
-        "ms",
-        (*TASK, "state"),
-        TASK,
-        "where `crew.execution.ended` is, when the task knows the kickoff time",
-        "From the kickoff to the end the wait observed.",
+        name="crew.execution.duration",
+        type="timer",
+        unit="ms",
+        tags=(*TASK, "state"),
+        legacy=TASK,
+        emitted_by="where `crew.execution.ended` is, when the task knows the kickoff time",
+        meaning="From the kickoff to the end the wait observed.",
     ),
     Metric(
-        "crew.execution.status_reads",
-        "counter",
-        "reads",
-        TASK,
-        TASK,
-        f"at the end of each stretch of a wait, in the {WORKER} or the {TRIGGERER}",
-        "`GET /status` reads the wait made (summed, the reads of the whole wait).",
+        name="crew.execution.status_reads",
+        type="counter",
+        unit="reads",
+        tags=TASK,
+        legacy=TASK,
+        emitted_by=f"at the end of each stretch of a wait, in the {WORKER} or the {TRIGGERER}",
+        meaning="`GET /status` reads the wait made (summed, the reads of the whole wait).",
     ),
     Metric(
-        "crew.request.retried",
-        "counter",
-        "attempts",
-        ("outcome", "method"),
-        ("outcome",),
-        f"the client, wherever it runs ({WORKER}, {TRIGGERER}, api-server)",
-        "A request sent again after `busy` (429, the service's 503), `unreachable` (no answer) or "
-        "`gateway` (a gateway's 502, 503 or 504).",
+        name="crew.request.retried",
+        type="counter",
+        unit="attempts",
+        tags=("outcome", "method"),
+        legacy=("outcome",),
+        emitted_by=f"the client, wherever it runs ({WORKER}, {TRIGGERER}, api-server)",
+        meaning=(
+            "A request sent again after `busy` (429, the service's 503), `unreachable` (no answer) or "
+            "`gateway` (a gateway's 502, 503 or 504)."
+        ),
     ),
     Metric(
-        "crew.stop",
-        "counter",
-        "stops",
-        ("reason", "answer"),
-        ("reason", "answer"),
-        f"the {WORKER} or the {TRIGGERER}, where a stop is sent",
-        "A `POST /stop` sent, by why (`timeout`, `execution_timeout`, `review_timeout`, `cleared`, "
-        "`marked_<state>`, `agent_timeout`) and the answer (`stopped`, `already_finished`, "
-        "`no_stop_endpoint`, `unknown`).",
+        name="crew.stop",
+        type="counter",
+        unit="stops",
+        tags=("reason", "answer"),
+        legacy=("reason", "answer"),
+        emitted_by=f"the {WORKER} or the {TRIGGERER}, where a stop is sent",
+        meaning=(
+            "A `POST /stop` sent, by why (`timeout`, `execution_timeout`, `review_timeout`, `cleared`, "
+            "`marked_<state>`, `agent_timeout`) and the answer (`stopped`, `already_finished`, "
+            "`no_stop_endpoint`, `unknown`)."
+        ),
     ),
     Metric(
-        "crew.review.round",
-        "counter",
-        "rounds",
-        (*TASK, "answer"),
-        (*TASK, "answer"),
-        WORKER,
-        "A review round's answer: `approved`, `feedback`, or `timed_out` (nobody answered in time).",
+        name="crew.review.round",
+        type="counter",
+        unit="rounds",
+        tags=(*TASK, "answer"),
+        legacy=(*TASK, "answer"),
+        emitted_by=WORKER,
+        meaning="A review round's answer: `approved`, `feedback`, or `timed_out` (nobody answered in time).",
     ),
     Metric(
-        "crew.review.response_time",
-        "timer",
-        "ms",
-        TASK,
-        TASK,
-        WORKER,
-        "From a round's request to the person's answer.",
+        name="crew.review.response_time",
+        type="timer",
+        unit="ms",
+        tags=TASK,
+        legacy=TASK,
+        emitted_by=WORKER,
+        meaning="From a round's request to the person's answer.",
     ),
     Metric(
-        "crew.wait.end_lag",
-        "timer",
-        "ms",
-        (*TASK, "source"),
-        TASK,
-        f"where a wait ends, in the {WORKER} or the {TRIGGERER}",
-        "From the crew's end to the wait's: `wake`, from the crew's webhook; `poll`, from the last read "
-        "that saw it running (an upper bound).",
+        name="crew.wait.end_lag",
+        type="timer",
+        unit="ms",
+        tags=(*TASK, "source"),
+        legacy=TASK,
+        emitted_by=f"where a wait ends, in the {WORKER} or the {TRIGGERER}",
+        meaning=(
+            "From the crew's end to the wait's: `wake`, from the crew's webhook; `poll`, from the last read "
+            "that saw it running (an upper bound)."
+        ),
     ),
     Metric(
-        "crew.paid_post.unknown_outcome",
-        "counter",
-        "requests",
-        (*TASK, "request"),
-        (*TASK, "request"),
-        WORKER,
-        "A paid POST (`kickoff`, `resume`, `review`) whose outcome is unknown: an execution may run, or "
-        "an answer may be applied, that nobody follows. The task failed without retry.",
+        name="crew.paid_post.unknown_outcome",
+        type="counter",
+        unit="requests",
+        tags=(*TASK, "request"),
+        legacy=(*TASK, "request"),
+        emitted_by=WORKER,
+        meaning=(
+            "A paid POST (`kickoff`, `resume`, `review`) whose outcome is unknown: an execution may run, or "
+            "an answer may be applied, that nobody follows. The task failed without retry."
+        ),
         alert=True,
     ),
     Metric(
-        "crew.execution.left_running",
-        "counter",
-        "executions",
-        (*TASK, "why"),
-        TASK,
-        f"the {WORKER} or the {TRIGGERER}, where a task ends and no stop was confirmed",
-        "An execution the task owned may run on with nobody following it: its stop's outcome is unknown "
-        "(`stop_unknown`), the service has no `/stop` (`no_stop_endpoint`), the connection does not stop "
-        "(`stop_disabled`), or its kickoff's outcome is unknown (`unknown_outcome`).",
+        name="crew.execution.left_running",
+        type="counter",
+        unit="executions",
+        tags=(*TASK, "why"),
+        legacy=TASK,
+        emitted_by=f"the {WORKER} or the {TRIGGERER}, where a task ends and no stop was confirmed",
+        meaning=(
+            "An execution the task owned may run on with nobody following it: its stop's outcome is unknown "
+            "(`stop_unknown`), the service has no `/stop` (`no_stop_endpoint`), the connection does not stop "
+            "(`stop_disabled`), or its kickoff's outcome is unknown (`unknown_outcome`)."
+        ),
         alert=True,
     ),
 )
