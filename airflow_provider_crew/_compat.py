@@ -21,6 +21,7 @@ from airflow.providers.common.compat.sdk import (
     BaseHook,
     BaseOperator,
     BaseSensorOperator,
+    Stats,
     conf,
 )
 from packaging.version import Version
@@ -147,6 +148,33 @@ def task_success_listeners() -> bool:
     return bool(get_listener_manager().hook.on_task_instance_success.get_hookimpls())
 
 
+#: Airflow 3.2+'s two metrics clients, each a module with its own settings: the task SDK's (set up by
+#: the task runner) and the core's (set up by the scheduler, the triggerer, the api-server and the
+#: dag-processor). Triggers run in the triggerer's runner process, forked from the triggerer's job,
+#: which sets up only the core's: the SDK's ``Stats`` that common-compat gives would drop what a
+#: trigger emits there.
+_STATS_CLIENTS = (
+    "airflow.sdk._shared.observability.metrics.stats",
+    "airflow._shared.observability.metrics.stats",
+)
+
+
+def stats_client() -> Any:
+    """Airflow's ``Stats`` that this process set up: the first of :data:`_STATS_CLIENTS` given a
+    backend (``initialize``) here, else common-compat's ``Stats`` (3.0-3.1: ``airflow.stats``, which
+    sets itself up from ``[metrics]`` in any process)."""
+    import importlib
+
+    for name in _STATS_CLIENTS:
+        try:
+            client = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(client, "_factory", None) is not None:
+            return client.Stats
+    return Stats
+
+
 def task_state_store(context: Mapping[str, Any]) -> Any:
     """The task instance's state store (Airflow 3.3+), which outlives a try; None before 3.3.
 
@@ -181,6 +209,7 @@ __all__ = [
     "is_task_timeout",
     "require_human_in_the_loop",
     "running_in_process_test",
+    "stats_client",
     "task_awaiting_input",
     "task_instance_state",
     "task_state_store",

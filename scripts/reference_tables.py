@@ -20,7 +20,9 @@ BEGIN = "<!-- BEGIN GENERATED: parameter reference (python scripts/reference_tab
 END = "<!-- END GENERATED: parameter reference -->"
 
 sys.path.insert(0, str(REPO / "docs" / "_ext"))
-from crew_reference import api_page, readme_section  # noqa: E402
+from crew_reference import api_page, readme_section, render_metrics_page  # noqa: E402
+
+METRICS_PAGE = REPO / "docs" / "metrics.md"
 
 
 def render(readme: str) -> str:
@@ -42,12 +44,15 @@ def main() -> int:
     fresh = render(current)
     api_current = API.read_text() if API.exists() else ""
     api_fresh = api_page()
+    metrics_current = METRICS_PAGE.read_text()
+    metrics_fresh = render_metrics_page(metrics_current)
+    pages = (
+        ("README.md", fresh, current),
+        ("docs/api.md", api_fresh, api_current),
+        ("docs/metrics.md", metrics_fresh, metrics_current),
+    )
     if args.check:
-        stale = [
-            name
-            for name, a, b in (("README.md", fresh, current), ("docs/api.md", api_fresh, api_current))
-            if a != b
-        ]
+        stale = [name for name, a, b in pages if a != b]
         if stale:
             print(f"{', '.join(stale)} out of date: run python scripts/reference_tables.py")
             return 1
@@ -58,6 +63,9 @@ def main() -> int:
     if api_fresh != api_current:
         API.write_text(api_fresh)
         print("docs/api.md rewritten.")
+    if metrics_fresh != metrics_current:
+        METRICS_PAGE.write_text(metrics_fresh)
+        print("docs/metrics.md's table rewritten.")
     return 0
 
 

@@ -122,6 +122,30 @@ def test_the_api_page_is_the_code_at_a_glance():
         assert "result" in ref.xcom and "output" not in ref.xcom, ref.name
 
 
+def test_the_metrics_page_table_is_the_metrics_table_of_the_code():
+    page = (DOCS / "metrics.md").read_text()
+    assert crew_reference.render_metrics_page(page) == page, "run: python scripts/reference_tables.py"
+    # The two alerts are named as such, each with a Prometheus rule and a Datadog monitor query.
+    from airflow_provider_crew.metrics import METRICS
+
+    for metric in (m for m in METRICS if m.alert):
+        underscored = metric.name.replace(".", "_")
+        assert f"airflow_{underscored}" in page, metric.name
+        assert f"airflow.{metric.name}" in page, metric.name
+
+
+def test_the_grafana_dashboard_has_the_panels_the_metrics_page_shows_over_mapped_series():
+    import json
+
+    dashboard = json.loads((DOCS / "grafana-crew-dashboard.json").read_text())
+    page = (DOCS / "metrics.md").read_text()
+    shown = re.findall(r"^\| (.+?) \| `(.+)` \|$", page.split("## A Grafana dashboard")[1], re.MULTILINE)
+    assert [(p["title"], p["targets"][-1]["expr"]) for p in dashboard["panels"]] == shown
+    mapped = set(re.findall(r"name: (airflow_crew_\w+)", page))
+    used = {name.removesuffix("_bucket") for name in re.findall(r"airflow_crew_\w+", json.dumps(dashboard))}
+    assert used and used <= mapped
+
+
 def test_examples_and_how_tos_use_only_names_the_api_page_shows():
     page = (REPO / "docs" / "api.md").read_text()
     documented = set(re.findall(r"`(\w+)`", page))

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowFailException, AirflowOptionalProviderFeatureException
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
@@ -37,6 +38,7 @@ from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
 from airflow_provider_crew.models import StopOutcome, inputs_mismatch
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, wait_blocking
 
 try:
@@ -56,7 +58,7 @@ except ImportError as error:  # pragma: no cover - the ai extra's job
     ) from error
 
 #: Why a timed-out call stops its execution: nobody waits for it any more.
-CALL_TIMEOUT = "the agent's call timed out"
+CALL_TIMEOUT = stopping.AGENT_TIMEOUT
 #: Seconds a call waits when the request sets no ``timeout``.
 DEFAULT_TIMEOUT = 600.0
 #: What ``vendor_options`` may hold; anything else (another URL, token, connection) is refused.
@@ -130,6 +132,7 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         try:
             self._check_inputs(agent, inputs)
             kickoff_id = self.kickoff(inputs, meta=meta, deadline=deadline)
+            kicked_off_at = time.time()
         except CrewValidationError as error:  # 422: the crew wants other inputs
             raise ManagedAgentRejected(str(error)) from None
         except CrewOutcomeUnknownError as error:
@@ -142,7 +145,8 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         ) as error:
             raise CrewAgentUnavailableError(str(error)) from None
         self.log.info("Crew execution %s started for agent %s:%s", kickoff_id, self.crew_conn_id, agent)
-        response = self._response(kickoff_id, self._wait_for(kickoff_id, deadline))
+        metrics.count("crew.execution.started", **metrics.current_task_tags())
+        response = self._response(kickoff_id, self._wait_for(kickoff_id, deadline, kicked_off_at))
         usage = response.usage
         self.log.info(
             "Crew execution %s answered (trace_ref %s): %s input and %s output tokens.",
@@ -190,7 +194,7 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
 
     # -- the wait and the answer -------------------------------------------------------------------
 
-    def _wait_for(self, kickoff_id: str, deadline: float) -> CrewStatus:
+    def _wait_for(self, kickoff_id: str, deadline: float, kicked_off_at: float) -> CrewStatus:
         poller = Poller(
             kickoff_id,
             wait_for=WaitFor.HUMAN_INPUT,  # a pause ends the call: a model cannot answer it
@@ -199,8 +203,10 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             poll_interval=POLL_INTERVAL,
             max_poll_interval=MAX_POLL_INTERVAL,
             log=self.log,
+            kicked_off_at=kicked_off_at,
         )
         result = wait_blocking(poller, lambda kickoff_id: self.get_status(kickoff_id, deadline=deadline))
+        wait_ended(metrics.current_task_tags(), result, poller)
         status = result.last_status
         if result.outcome is Outcome.SUCCEEDED and status is not None:
             return status
@@ -219,7 +225,14 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
 
     def _stop_unwaited(self, kickoff_id: str) -> str:
         """Stop the execution of a call that gave up on it (nobody waits for it); say what came of it."""
-        result = stopping.stop(self, kickoff_id, CALL_TIMEOUT, self.log, patience=STOP_PATIENCE_SECONDS)
+        result = stopping.stop(
+            self,
+            kickoff_id,
+            CALL_TIMEOUT,
+            self.log,
+            patience=STOP_PATIENCE_SECONDS,
+            owner=metrics.current_task_tags(),
+        )
         if result is None:
             return "The execution was not stopped and may still be running."
         if result.outcome is StopOutcome.STOPPED:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.connection_form import DEFAULT_RECEIVER_CONN_ID
 from airflow_provider_crew.exceptions import (
@@ -272,7 +273,12 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def _kickoff_record(self, context: Context) -> PaidPost:
         return PaidPost(
-            context, key=self.RECORD_KEY, request="POST /kickoff", timeout=self.timeout, log=self.log
+            context,
+            key=self.RECORD_KEY,
+            request="POST /kickoff",
+            kind="kickoff",
+            timeout=self.timeout,
+            log=self.log,
         )
 
     def _kickoff(self, context: Context, hook: CrewHook, record: PaidPost) -> str:
@@ -300,6 +306,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             unrecorded=self._not_recorded,
         )
         self.log.info("Started crew execution %s", kickoff_id)
+        metrics.count("crew.execution.started", **metrics.task_tags(context["ti"]))
         return kickoff_id
 
     def _started(self, kickoff_id: str) -> dict[str, Any]:

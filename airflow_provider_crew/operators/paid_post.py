@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowFailException, task_state_store
 from airflow_provider_crew.exceptions import CrewError
 
@@ -115,6 +116,8 @@ class PaidPost:
     :param context: The task's context.
     :param key: The record's key in the task state store.
     :param request: The request, for messages ("POST /kickoff").
+    :param kind: The ``request`` tag of ``crew.paid_post.unknown_outcome``: ``kickoff``, ``resume`` or
+        ``review``.
     :param timeout: The task's wait ``timeout`` in seconds (how long the record is kept).
     :param log: The task's logger.
     :param execution_id: The execution a resume is about; a record about another one reads as absent.
@@ -129,6 +132,7 @@ class PaidPost:
         *,
         key: str,
         request: str,
+        kind: str,
         timeout: float,
         log: Any,
         execution_id: str | None = None,
@@ -136,6 +140,8 @@ class PaidPost:
         self.records = RetryRecords(context, timeout)
         self.key = key
         self.request = request
+        self.kind = kind
+        self.task = metrics.task_tags(context["ti"])
         self.log = log
         self.execution_id = execution_id
 
@@ -178,6 +184,9 @@ class PaidPost:
         except CrewError as error:
             if sent_nothing(error):  # refused or failed: the service did not act
                 self.drop()
+            else:  # unknown: the alerts a team pages on (docs/metrics.md)
+                metrics.count("crew.paid_post.unknown_outcome", **self.task, request=self.kind)
+                metrics.count("crew.execution.left_running", **self.task, why="unknown_outcome")
             raise
         store_error = self._keep_sent(sent(answer))
         if store_error is not None:

@@ -193,6 +193,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             context,
             key=self.ANSWER_KEY,
             request=f"POST /resume to crew execution {execution_id}",
+            kind="resume",
             timeout=self.timeout,
             log=self.log,
             execution_id=execution_id,

@@ -19,6 +19,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import BaseOperator, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
@@ -31,8 +32,9 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
 from airflow_provider_crew.operators.base import name_execution_in_asset_events, seconds
-from airflow_provider_crew.operators.wait_stop import CrewStopMixin
+from airflow_provider_crew.operators.wait_stop import CrewStopMixin, stopped_or_running
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, race_hold_enabled
 from airflow_provider_crew.waiting.rules import (
@@ -256,18 +258,21 @@ class CrewWaitMixin(CrewStopMixin):
             poll_interval=self.poll_interval,
             max_poll_interval=self.max_poll_interval,
             log=self.log,
+            kicked_off_at=kicked_off_at,
         )
+        task = metrics.task_tags(context["ti"])
         # What on_kill stops while the wait runs here. Kept when the wait raises: Airflow's
         # execution_timeout raises in it, then calls on_kill.
         self._waiting = (kickoff_id, context, hook.config)
         if not self.deferrable:
             result = wait_blocking(poller, lambda kickoff_id: hook.get_status(kickoff_id, deadline=deadline))
             self._waiting = None
+            wait_ended(task, result, poller)
             return result
         # Read the status here first: a wait that is already over needs no trigger, and a trigger
         # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event race
         # (apache/airflow#67287) and fail the task.
-        step = _read_once(poller, hook)
+        step = _read_once(poller, hook, task)
         self._waiting = None
         if isinstance(step, WaitResult):
             return step
@@ -290,6 +295,7 @@ class CrewWaitMixin(CrewStopMixin):
                 deadline=poller.deadline,
                 not_found_deadline=poller.not_found_deadline,
                 execution_seen=poller.execution_seen,
+                kicked_off_at=poller.kicked_off_at,
                 poll_interval=self.poll_interval,
                 max_poll_interval=self.max_poll_interval,
                 not_before=not_before,
@@ -349,7 +355,7 @@ class CrewWaitMixin(CrewStopMixin):
         self.log.info("%s Reading the status of crew execution %s.", parsed.message, wait.kickoff_id)
         hook = CrewHook(crew_conn_id=wait.crew_conn_id)
         poller = wait.poller(log=self.log)
-        step = _read_once(poller, hook)
+        step = _read_once(poller, hook, metrics.task_tags(context["ti"]), woken_at=parsed.woken_at)
         if isinstance(step, WaitResult):
             return wait.kickoff_id, step
         self.log.info("Crew execution %s is not over: waiting on, deferred.", wait.kickoff_id)
@@ -455,13 +461,10 @@ class CrewWaitMixin(CrewStopMixin):
             ti.xcom_push(key=key, value=value)
 
 
-def stopped_or_running(came_of_it: str | None) -> str:
-    """What a time-out's error says of the execution: what its stop came to, or that it runs on."""
-    if came_of_it is None:
-        return "The execution was not stopped (stop_crew) and may still be running."
-    return f"Stopping the execution: {came_of_it}."
-
-
-def _read_once(poller: Poller, hook: CrewHook) -> WaitResult | float:
-    """One status read in the worker, stepped through the wait's rules."""
-    return poller.poll(lambda: hook.get_status(poller.kickoff_id, deadline=poller.deadline))
+def _read_once(
+    poller: Poller, hook: CrewHook, task: dict[str, str], woken_at: float | None = None
+) -> WaitResult | float:
+    """One status read in the worker, stepped through the wait's rules, and its metrics."""
+    step = poller.poll(lambda: hook.get_status(poller.kickoff_id, deadline=poller.deadline))
+    wait_ended(task, step if isinstance(step, WaitResult) else None, poller, woken_at=woken_at)
+    return step

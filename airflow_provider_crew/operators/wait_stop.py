@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import is_task_timeout, task_instance_state
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
@@ -159,7 +160,8 @@ class CrewStopMixin:
         facets say of it; returns what came of it."""
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         hook.__dict__["config"] = config  # no lookup: this may run while the task is being killed
-        result = stopping.stop(hook, kickoff_id, reason, self.log, patience=patience)
+        owner = metrics.task_tags(self)
+        result = stopping.stop(hook, kickoff_id, reason, self.log, patience=patience, owner=owner)
         if result is None:
             return "not stopped (see the log)"
         followed = self.crew_execution or FollowedExecution(kickoff_id=kickoff_id)
@@ -178,3 +180,10 @@ class CrewStopMixin:
             context["ti"].xcom_push(key=XCOM_STATUS, value={**last, "stopped": stopped})
         except Exception as error:
             self.log.warning("Could not record the stop of crew execution %s in XCom: %s", kickoff_id, error)
+
+
+def stopped_or_running(came_of_it: str | None) -> str:
+    """What a time-out's error says of the execution: what its stop came to, or that it runs on."""
+    if came_of_it is None:
+        return "The execution was not stopped (stop_crew) and may still be running."
+    return f"Stopping the execution: {came_of_it}."

@@ -177,7 +177,7 @@ class Waker:
 
     async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> int:
         """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled."""
-        now = time.monotonic()
+        now, came_at = time.monotonic(), time.time()
         lookup = (kind, dag_id, run_id, kickoff_id)
         if now - self._recent.get(lookup, -LOOKUP_DEDUP_SECONDS) < LOOKUP_DEDUP_SECONDS:
             return 0  # the same webhook again: the lookup just made covers it
@@ -200,7 +200,7 @@ class Waker:
                     early,
                 )
                 continue
-            task = asyncio.get_running_loop().create_task(self._wake(wait, kind))
+            task = asyncio.get_running_loop().create_task(self._wake(wait, kind, came_at))
             self._pending[wait.deferral] = task
             task.add_done_callback(self._forget_pending)
             scheduled += 1
@@ -211,12 +211,13 @@ class Waker:
             if task is done:
                 del self._pending[key]
 
-    async def _wake(self, wait: Wait, kind: str) -> None:
+    async def _wake(self, wait: Wait, kind: str, came_at: float) -> None:
         event = CrewWaitEvent(
             outcome=Outcome.WOKEN,
             kickoff_id=str(wait.kwargs.get("kickoff_id")),
             message=f"Woken by {WOKEN_BY[kind]}.",
             wait=wait.kwargs,
+            woken_at=came_at,  # the crew's end, for the woken task's crew.wait.end_lag
         )
         payload = event.payload()
         for attempt in range(3):

@@ -26,6 +26,7 @@ class ReviewRequest(TypedDict):
     output: str | None
     subject: str
     body: str
+    asked_at: float  # epoch seconds
 
 
 class ReviewAnswer(TypedDict):
@@ -94,6 +95,7 @@ class RoundRetry:
             context,
             key=APPLIED_RECORD_KEY,
             request=f"POST /resume to crew execution {kickoff_id}",
+            kind="review",
             timeout=task.timeout,
             log=task.log,
             execution_id=kickoff_id,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import airflow_provider_crew.review.answer as answer
 import airflow_provider_crew.review.request as request
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowSkipException
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
@@ -75,7 +76,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         lists its keys); none when the round is skipped.
     :xcom kickoff_id: The execution under review.
     :xcom execution_url:
-    :xcom review_request: The request this round wrote (:class:`~.record.ReviewRequest`).
+    :xcom review_request: The request this round wrote (:class:`~.record.ReviewRequest`; its
+        ``asked_at``, epoch seconds, times the reviewer's answer).
     :xcom status: The last status record, when the execution finished before this round.
     """
 
@@ -227,6 +229,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             "output": status.paused_task_output,
             "subject": f"{subject} (round {self.round_number} of {total_rounds})",
             "body": body,
+            "asked_at": time.time(),  # for crew.review.response_time
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=written)
         self.body = body
@@ -254,6 +257,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 response_timeout=self.response_timeout,
             )
         except CrewReviewTimeoutError:
+            metrics.review_round(metrics.task_tags(ti), None, asked.get("asked_at"))
             if not self._stops_crew():
                 raise  # the execution stays paused, for a later answer
             came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.REVIEW_TIMEOUT, context)
@@ -263,6 +267,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
                 "stop_crew=False to crew_human_review."
             ) from None
+        metrics.review_round(metrics.task_tags(ti), given, asked.get("asked_at"))
         record: RoundRecord = {
             "round": self.round_number,
             "crew_task_id": crew_task_id,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, PokeReturnValue
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import BaseSensorOperator
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
@@ -21,13 +22,10 @@ from airflow_provider_crew.operators.base import (
     seconds,
     upstream_task_id,
 )
-from airflow_provider_crew.operators.wait import (
-    DEFAULT_TIMEOUT,
-    CrewWaitMixin,
-    stopped_or_running,
-)
-from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
+from airflow_provider_crew.operators.wait_stop import checked_stop_crew, stopped_or_running
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_NOT_FOUND_GRACE,
@@ -168,6 +166,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         self._waiting = (kickoff_id, context, hook.config)  # what on_kill stops, when asked to
         step = poller.poll(lambda: hook.get_status(kickoff_id))
         if isinstance(step, WaitResult):
+            wait_ended(metrics.task_tags(context["ti"]), step, poller)
             return self._done(context, kickoff_id, step)
         return False  # the sensor's poke_interval and timeout govern the next poke
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.race import hold_until
 from airflow_provider_crew.waiting.rules import (
@@ -179,6 +181,8 @@ class CrewStatusTrigger(BaseTrigger):
     :param max_poll_interval: Longest interval between polls, in seconds.
     :param execution_seen: The task saw the execution before deferring: a 404 now means the service
         lost it, not that it is still queued.
+    :param kicked_off_at: Epoch seconds the execution started, when the task knows it (for
+        ``crew.execution.duration``).
     :param not_before: Epoch seconds before which no event is fired, however soon the wait ends. The
         task that deferred sets it to when Airflow has surely handled its exit (see
         :func:`airflow_provider_crew.waiting.race.deferral_settle_seconds`): an event that resumes the task
@@ -207,6 +211,7 @@ class CrewStatusTrigger(BaseTrigger):
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         not_before: float = 0.0,
         execution_seen: bool = False,
+        kicked_off_at: float | None = None,
         safety_poll_interval: float = 0.0,
         ends_task_when_finished: bool = False,
         ends_task_when_paused: bool = False,
@@ -222,6 +227,7 @@ class CrewStatusTrigger(BaseTrigger):
         self.max_poll_interval = float(max(max_poll_interval, poll_interval))
         self.not_before = float(not_before)
         self.execution_seen = bool(execution_seen)
+        self.kicked_off_at = None if kicked_off_at is None else float(kicked_off_at)
         self.safety_poll_interval = max(0.0, float(safety_poll_interval))
         self.ends_task_when_finished = bool(ends_task_when_finished)
         self.ends_task_when_paused = bool(ends_task_when_paused)
@@ -241,6 +247,7 @@ class CrewStatusTrigger(BaseTrigger):
                 "max_poll_interval": self.max_poll_interval,
                 "not_before": self.not_before,
                 "execution_seen": self.execution_seen,
+                "kicked_off_at": self.kicked_off_at,
                 "safety_poll_interval": self.safety_poll_interval,
                 "ends_task_when_finished": self.ends_task_when_finished,
                 "ends_task_when_paused": self.ends_task_when_paused,
@@ -274,6 +281,7 @@ class CrewStatusTrigger(BaseTrigger):
             max_poll_interval=maximum,
             log=log,
             execution_seen=self.execution_seen,
+            kicked_off_at=self.kicked_off_at,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -291,6 +299,7 @@ class CrewStatusTrigger(BaseTrigger):
             while True:
                 step = await poller.apoll(hook.aget_status(self.kickoff_id, deadline=self.deadline))
                 if isinstance(step, WaitResult):
+                    wait_ended(self._task_tags(), step, poller)
                     if safety_poll:
                         self._say_no_wake_came(poller.log, step)
                     event = await self._event(step, poller.log)
@@ -303,9 +312,13 @@ class CrewStatusTrigger(BaseTrigger):
                 safety_poll = bool(self.safety_poll_interval) and not in_race_window
                 await asyncio.sleep(step)
         except asyncio.CancelledError:
+            wait_ended(self._task_tags(), None, poller)  # its reads: a wake or a user ended the wait
             if not TRIGGER_ON_KILL:  # else Airflow calls on_kill for a user's action
                 await stopping.finish_despite_cancels(self.stop_if_abandoned())
             raise
+
+    def _task_tags(self) -> dict[str, str]:
+        return metrics.task_tags(self.task_instance) if self.task_instance is not None else {}
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: a user ended the deferred task, or the trigger moves to another triggerer."""
@@ -350,7 +363,8 @@ class CrewStatusTrigger(BaseTrigger):
             return
         if outcome_of(status, WaitFor(self.wait_for)) is not None:
             return  # finished, or paused where the wait ends at a pause: its task reads it
-        await stopping.astop(hook, self.kickoff_id, reason, log, patience=STOP_SECONDS)
+        owner = self._task_tags()
+        await stopping.astop(hook, self.kickoff_id, reason, log, patience=STOP_SECONDS, owner=owner)
 
     async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
         """The task's end, when this trigger may end it; else the event that resumes it on a worker,

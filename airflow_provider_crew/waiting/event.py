@@ -27,6 +27,7 @@ class CrewWaitEvent(BaseModel):
     output: Any = None  # the final output, at a SUCCEEDED end only; absent, ``record`` holds it
     # A woken wait's trigger arguments: the wait goes on from them, its deadlines unchanged.
     wait: dict[str, Any] | None = None
+    woken_at: float | None = None  # when the crew's webhook came (epoch seconds): the crew's end
 
     @classmethod
     def parse(cls, event: Any) -> CrewWaitEvent:
@@ -50,7 +51,7 @@ class CrewWaitEvent(BaseModel):
 
     def payload(self) -> dict[str, Any]:
         """The event as JSON values, as a trigger fires it (``wait`` and ``output`` only when set)."""
-        exclude = {name for name in ("wait", "output") if name not in self.model_fields_set}
+        exclude = {name for name in ("wait", "output", "woken_at") if name not in self.model_fields_set}
         return self.model_dump(mode="json", exclude=exclude or None)
 
     def to_result(self) -> WaitResult:

@@ -278,11 +278,14 @@ class Poller:
         "clock",
         "deadline",
         "execution_seen",
+        "kicked_off_at",
         "kickoff_id",
+        "last_running_at",
         "log",
         "max_poll_interval",
         "not_found_deadline",
         "poll_interval",
+        "reads",
         "wait_for",
     )
 
@@ -297,9 +300,13 @@ class Poller:
         max_poll_interval: float,
         log: logging.Logger | Any,
         execution_seen: bool = False,
+        kicked_off_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kickoff_id = kickoff_id
+        self.kicked_off_at = kicked_off_at  # when the execution started, where the task knows it
+        self.reads = 0  # status reads, for crew.execution.status_reads at the wait's end
+        self.last_running_at: float | None = None  # the last read that did not end the wait
         self.wait_for = wait_for
         self.deadline = deadline
         self.not_found_deadline = not_found_deadline
@@ -354,9 +361,11 @@ class Poller:
             # decide() reads it only to end a wait on an error; a status poll carries its own.
             last_status=self.last_status if isinstance(polled, CrewError) else None,
         )
+        self.reads += 1
         self._observe(polled, now, ended=result is not None)
         if result is not None:
             return result
+        self.last_running_at = now
         delay = min(self._interval, self.deadline - now)
         self._interval = next_poll_interval(self._interval, self.max_poll_interval)
         return delay

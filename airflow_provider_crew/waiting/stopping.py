@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_crew import metrics
 
 if TYPE_CHECKING:  # the contract's models load where a request is sent, not with the DAG file's tasks
     from airflow_provider_crew.models import StopResult
@@ -27,6 +29,16 @@ EXECUTION_TIMEOUT = "the task's execution_timeout passed"
 WAIT_TIMEOUT = "the wait's timeout passed"
 REVIEW_TIMEOUT = "nobody answered the review within response_timeout"
 CLEARED = "the task was cleared"
+AGENT_TIMEOUT = "the agent's call timed out"
+MARKED = "the task was marked "
+#: The ``reason`` tag of ``crew.stop`` for each reason above (a mark: ``marked_<state>``); others, ``other``.
+REASON_KEYS = {
+    EXECUTION_TIMEOUT: "execution_timeout",
+    WAIT_TIMEOUT: "timeout",
+    REVIEW_TIMEOUT: "review_timeout",
+    CLEARED: "cleared",
+    AGENT_TIMEOUT: "agent_timeout",
+}
 
 # A task instance in one of these states after its wait was cut off has a reader still: a worker or
 # a triggerer going away (running, deferred: the wait is re-created), or a retry that reattaches.
@@ -55,10 +67,12 @@ def reason_for_state(state: str | None, *, deferred: bool) -> str | None:
         return None
     if word in _CLEARED:
         return CLEARED
-    return f"the task was marked {word}"
+    return f"{MARKED}{word}"
 
 
-def stop(hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float) -> StopResult | None:
+def stop(
+    hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float, owner: Mapping[str, str]
+) -> StopResult | None:
     """Stop an execution nobody waits for: ``POST /stop`` unless the connection turned stopping off or
     its service has none, and one log line either way. The task, the trigger (:func:`astop`) and the
     managed agent all stop through here.
@@ -67,36 +81,54 @@ def stop(hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float) 
     :param reason: Why, in the log line's words (:data:`WAIT_TIMEOUT`, ...).
     :param log: Where the line goes.
     :param patience: Seconds the stop may take.
+    :param owner: The ``dag_id`` and ``task_id`` tags of the task that owned the execution, for
+        ``crew.execution.left_running`` when it may run on.
     :return: The service's answer; None when nothing was sent (the line says why).
     """
     config = hook.config
-    if _not_stopping(config, kickoff_id, reason, log):
+    if _not_stopping(config, kickoff_id, reason, log, owner):
         return None
     result: StopResult = hook.stop(kickoff_id, patience=patience)
-    _log_stop(config, kickoff_id, reason, result, log)
+    _log_stop(config, kickoff_id, reason, result, log, owner)
     return result
 
 
-async def astop(hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float) -> StopResult | None:
+async def astop(
+    hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float, owner: Mapping[str, str]
+) -> StopResult | None:
     """:func:`stop` in an event loop (a trigger)."""
     config = await hook.aget_config()
-    if _not_stopping(config, kickoff_id, reason, log):
+    if _not_stopping(config, kickoff_id, reason, log, owner):
         return None
     result: StopResult = await hook.astop(kickoff_id, patience=patience)
-    _log_stop(config, kickoff_id, reason, result, log)
+    _log_stop(config, kickoff_id, reason, result, log, owner)
     return result
 
 
-def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any) -> bool:
+def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any, owner: Mapping[str, str]) -> bool:
     line = before_stop(config.base_url, kickoff_id, reason, enabled=config.stop_executions)
     if line is not None:
         log.info("%s", line)
+        why = "stop_disabled" if not config.stop_executions else "no_stop_endpoint"
+        metrics.count("crew.execution.left_running", **owner, why=why)
     return line is not None
 
 
-def _log_stop(config: Any, kickoff_id: str, reason: str, result: StopResult, log: Any) -> None:
+def _log_stop(
+    config: Any, kickoff_id: str, reason: str, result: StopResult, log: Any, owner: Mapping[str, str]
+) -> None:
+    from airflow_provider_crew.models import StopOutcome
+
     level, line = after_stop(config.base_url, kickoff_id, reason, result)
     log.log(level, "%s", line)
+    answer = {StopOutcome.NOT_SUPPORTED: "no_stop_endpoint"}.get(result.outcome, result.outcome.name.lower())
+    reason_key = REASON_KEYS.get(reason) or (
+        f"marked_{reason.removeprefix(MARKED)}" if reason.startswith(MARKED) else "other"
+    )
+    metrics.count("crew.stop", reason=reason_key, answer=answer)
+    if result.outcome in (StopOutcome.NOT_SUPPORTED, StopOutcome.UNKNOWN):
+        why = "no_stop_endpoint" if result.outcome is StopOutcome.NOT_SUPPORTED else "stop_unknown"
+        metrics.count("crew.execution.left_running", **owner, why=why)
 
 
 def before_stop(base_url: str, kickoff_id: str, reason: str, *, enabled: bool) -> str | None:

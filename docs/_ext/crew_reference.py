@@ -647,7 +647,42 @@ def api_page() -> str:
         first = (inspect.getdoc(error) or "").split("\n\n", 1)[0]
         lines.append(f"| `{name}` | {no_retry} | {_markdown_text(first)} |")
     lines += ["", *_managed_agent_errors()]
+    lines += ["", "## Metrics", "", "```python", "from airflow_provider_crew.metrics import METRICS", "```"]
+    lines += [
+        "",
+        "Every metric the provider emits through Airflow's `Stats`, and the two a team should alert on: "
+        "[metrics.md](metrics.md), whose table is generated from `METRICS`.",
+        "",
+    ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+METRICS_BEGIN = "<!-- BEGIN GENERATED: metrics table (python scripts/reference_tables.py) -->"
+METRICS_END = "<!-- END GENERATED: metrics table -->"
+
+
+def metrics_table() -> str:
+    """docs/metrics.md's table: every metric of ``airflow_provider_crew.metrics.METRICS``."""
+    from airflow_provider_crew.metrics import METRICS
+
+    lines = [
+        "| Metric | Type | Unit | Tags | Legacy name (plain StatsD) | Emitted by | Meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        name = f"**`{metric.name}`** (alert)" if metric.alert else f"`{metric.name}`"
+        tags = ", ".join(f"`{tag}`" for tag in metric.tags)
+        legacy = metric.name + "".join(f".<{tag}>" for tag in metric.legacy)
+        row = (name, metric.type, metric.unit, tags, f"`{legacy}`", metric.emitted_by, metric.meaning)
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def render_metrics_page(page: str) -> str:
+    """``page`` (docs/metrics.md) with the text between the markers replaced by :func:`metrics_table`."""
+    head, rest = page.split(METRICS_BEGIN, 1)
+    _, tail = rest.split(METRICS_END, 1)
+    return f"{head}{METRICS_BEGIN}\n\n{metrics_table()}\n\n{METRICS_END}{tail}"
 
 
 def _managed_agent_errors() -> list[str]:

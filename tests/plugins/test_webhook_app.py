@@ -282,6 +282,8 @@ def test_a_wake_past_the_race_bound_is_applied_at_once_and_once(client, database
     assert applied_at - time.time() < 5  # at once, not held
     assert payload["outcome"] == "woken" and payload["kickoff_id"] == "k-1"
     assert payload["wait"] == wait.kwargs and payload["message"] == "Woken by the crew's completion webhook."
+    # When the webhook came: the crew's end, from which the woken task measures crew.wait.end_lag.
+    assert time.time() - 10 < payload["woken_at"] <= applied_at
 
 
 def test_a_wake_before_the_race_bound_is_neither_held_nor_applied(client, database, monkeypatch, caplog):

@@ -285,7 +285,8 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
     assert request["defaults"] is None  # no answer in time: the round fails, nothing is approved
     assert request["assigned_users"] == [{"id": "ana", "name": "Ana"}]
     assert "feedback" in request["params"]
-    assert ti.xcom["review_request"] | {"body": None} == {
+    assert time.time() - ti.xcom["review_request"]["asked_at"] < 60  # for crew.review.response_time
+    assert ti.xcom["review_request"] | {"body": None, "asked_at": None} == {
         "round": 2,
         "kickoff_id": KICKOFF_ID,
         "crew_task_id": TASK_ID,
@@ -293,6 +294,7 @@ def test_pause_writes_this_rounds_request_and_waits_for_the_answer(parked):
         "output": OUTPUT,
         "subject": "Review crew task draft_task (round 2 of 3)",
         "body": None,
+        "asked_at": None,
     }
     notifier.assert_called_once()
     assert op.body == request["body"]  # notifiers can template this round's body

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewError, CrewTransportError
 from airflow_provider_crew.hooks.client.limits import LAST_ATTEMPT_SECONDS, Limits
@@ -98,6 +99,16 @@ GET_RULE: dict[Came, Step] = {
     Came.LOST: Step.AGAIN,
 }
 
+#: The ``outcome`` tag of ``crew.request.retried`` for each answer a request is sent again after.
+RETRIED_AFTER = {
+    Came.NOTHING: "unreachable",
+    Came.LOST: "unreachable",
+    Came.TOO_MANY: "busy",
+    Came.SERVICE_BUSY: "busy",
+    Came.GATEWAY_BUSY: "gateway",
+    Came.GATEWAY_FAILED: "gateway",
+}
+
 
 @dataclass(slots=True)
 class TransportFailure:
@@ -164,6 +175,7 @@ class Retry:
     delay: float
     why: str  # what happened, e.g. "answered 429"
     progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
+    came: Came  # what the attempt brought back
 
 
 class RetryPolicy:
@@ -212,7 +224,8 @@ class RetryPolicy:
     def decide(self, outcome: Response | TransportFailure) -> Retry | Response | CrewError:
         """After one attempt: retry after a delay, or the answer, or the error to raise."""
         self.attempts += 1
-        step = self.rule[what_came_back(outcome)]
+        came = what_came_back(outcome)
+        step = self.rule[came]
         if step is Step.READ:
             assert isinstance(outcome, Response)
             return outcome
@@ -231,11 +244,11 @@ class RetryPolicy:
                 progress = (
                     f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
                 )
-                return Retry(delay, why, progress)
+                return Retry(delay, why, progress, came)
         elif step is Step.AGAIN:
             if self.counted_retries < self.config.retry_limit and self._may_wait(delay):
                 self.counted_retries += 1
-                return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}")
+                return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}", came)
             setting = f"the connection's retry_limit of {self.config.retry_limit}"
         if isinstance(outcome, Response):  # the last answer, with why the retries stopped
             return replace(outcome, note=self._gave_up(delay, setting))
@@ -278,6 +291,7 @@ class RetryPolicy:
 
 
 def _logged(policy: RetryPolicy, retry: Retry) -> float:
+    metrics.count("crew.request.retried", outcome=RETRIED_AFTER[retry.came], method=policy.call.method)
     log.warning(
         "%s %s; retrying in %.1f s (%s)", policy.call.endpoint, retry.why, retry.delay, retry.progress
     )
