@@ -27,6 +27,13 @@ log = logging.getLogger(__name__)
 XCOM_EXECUTION_URL = "execution_url"
 
 
+def web_address(value: Any) -> str | None:
+    """An http(s) URL, else None: a ``javascript:`` one (XCom is writable by REST) would run in the UI.
+    The scheme in any case, as the connection's template check takes it."""
+    is_web = isinstance(value, str) and value[:8].lower().startswith(("https://", "http://"))
+    return value if is_web else None
+
+
 class CrewExecutionLink(BaseOperatorLink):
     """Opens the crew execution a task follows, in the crew's own dashboard.
 
@@ -46,7 +53,7 @@ class CrewExecutionLink(BaseOperatorLink):
         if callable(known):
             is_known, url = known()
             if is_known:  # this run knows it: no XCom read (a missing one is logged as an error)
-                return url if isinstance(url, str) and url.startswith(("https://", "http://")) else ""
+                return web_address(url) or ""
         try:
             # Imported here: only the worker calls get_link, and the operators' import stays light.
             from airflow.providers.common.compat.sdk import XCom
@@ -58,9 +65,7 @@ class CrewExecutionLink(BaseOperatorLink):
                 "Could not read XCom %r for the crew execution link.", XCOM_EXECUTION_URL, exc_info=True
             )
             return ""
-        if isinstance(url, str) and url.startswith(("https://", "http://")):
-            return url
-        return ""
+        return web_address(url) or ""
 
 
 def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:
