@@ -1,12 +1,9 @@
 """The "Crew execution" link: a button on each crew task that opens the execution's page.
 
-How it reaches the UI: at the end of every run of a task, each deferral included, the worker calls
-``get_link`` and stores the answer in XCom ``_link_CrewExecutionLink``; the api-server only reads
-that XCom. So the task pushes the URL (XCom ``execution_url``) as soon as it knows the execution, and
-``get_link`` reads it back: the link is there while the task is deferred, after it succeeded and
-after it failed. ``get_link`` never raises, since on Airflow 3.0 a raising link breaks the end of
-the task run; without a URL it answers ``""`` and the UI shows no link. A task that knows its URL
-(or that it has none) in the running process answers from that, without reading XCom.
+The worker asks ``get_link`` at the end of every run of a task and stores its answer in XCom, which
+is all the api-server reads (docs/execution-link.md); so the task pushes the URL as soon as it knows
+the execution, and ``get_link`` reads it back or answers from what the running task knows. It never
+raises, since on Airflow 3.0 a raising link breaks the end of the task run.
 """
 
 from __future__ import annotations
