@@ -2,9 +2,8 @@
 
 The crew's webhooks reach Airflow's api-server, where the provider's plugin
 (:mod:`airflow_provider_crew.plugins.crew`) wakes the deferred waits on that execution. The
-address is built here, per DAG run, from the ``crew_webhook_receiver`` connection: its host is the
-api-server's address *as the crew service reaches it* (a public ingress, or a proxy that exposes only
-``/crew-webhooks/``), its password the key the run's secret is derived with.
+address is built here, per DAG run, from the ``crew_webhook_receiver`` connection
+(:class:`CrewWebhookReceiverHook`).
 
 The contract's crew webhook carries no credentials, so the address itself is the credential: the
 run's token rides in its query string, which every HTTP client sends as it is; the human-input
