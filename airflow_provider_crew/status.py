@@ -23,13 +23,9 @@ class CrewState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
 
-    @classmethod
-    def terminal_states(cls) -> frozenset[CrewState]:
-        return frozenset({cls.SUCCEEDED, cls.FAILED})
-
     @property
     def is_terminal(self) -> bool:
-        return self in self.terminal_states()
+        return self in (CrewState.SUCCEEDED, CrewState.FAILED)
 
 
 _SUCCESS_WORDS = frozenset({"success", "succeeded", "completed", "complete", "finished", "done"})
@@ -58,16 +54,6 @@ def known_state(raw: str | None) -> CrewState | None:
     if word in _RUNNING_WORDS:
         return CrewState.RUNNING
     return None
-
-
-def normalise_state(raw: str | None) -> CrewState:
-    """Map a service's ``state``/``status`` word to a CrewState; unknown words count as running.
-
-    Polling on is safer than failing on a word a newer service added; the wait that reads one says so
-    in its own log (:attr:`CrewStatus.state_known`).
-    """
-    state = known_state(raw)
-    return CrewState.RUNNING if state is None else state
 
 
 class CrewProgress(BaseModel):
@@ -139,6 +125,8 @@ class CrewStatus(BaseModel):
         if not isinstance(raw_state, str) or not raw_state.strip():
             raw_state = status_text if isinstance(status_text, str) else None
         known = known_state(raw_state)
+        # An unknown word counts as running: polling on is safer than failing on a word a newer
+        # service added; the wait that reads one says so in its own log (``state_known``).
         state = CrewState.RUNNING if known is None else known
         # Some versions put the state in 'state' and a message in 'status'; keep the message.
         message = status_text if isinstance(status_text, str) and status_text != raw_state else None
@@ -201,10 +189,7 @@ class CrewStatus(BaseModel):
     def usage(self) -> dict[str, Any] | None:
         """The record's token counts (``usage_metrics``) in the shape of ``common.ai``'s ``usage`` XCom,
         or None without them. A crew reports no tool calls, cache writes or cost: those are None."""
-        metrics = self.raw.get("usage_metrics")
-        if not isinstance(metrics, Mapping):
-            return None
-        count = {k: v for k, v in metrics.items() if isinstance(v, int) and not isinstance(v, bool)}
+        count = whole_counts(self.raw.get("usage_metrics"))
         if not count:
             return None
         prompt, completion = count.get("prompt_tokens"), count.get("completion_tokens")
@@ -230,6 +215,13 @@ class CrewStatus(BaseModel):
         if self.last_step:
             parts.append(f"- last step: {self.last_step}")
         return " ".join(parts)
+
+
+def whole_counts(counts: Any) -> dict[str, int]:
+    """The whole-number entries of a record of token counts (a bool is no count); {} for no record."""
+    if not isinstance(counts, Mapping):
+        return {}
+    return {str(k): v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _describe_step(step: Any) -> str | None:

@@ -124,8 +124,9 @@ def check_decorator_arguments(kwargs: Mapping[str, Any]) -> None:
 
 @attr.define(slots=False)
 class _CrewTaskDecorator(_TaskDecorator):  # type: ignore[misc]
-    """Airflow's TaskFlow decorator whose XComArgs read a key a wait may leave out (``result``,
-    ``human_input``, ``usage``, ``status``) as None, as ``CrewKickoffOperator.output`` does."""
+    """Airflow's TaskFlow decorator whose XComArgs read a key a wait may leave out
+    (:data:`~airflow_provider_crew.waiting.xcom.NONE_WHEN_ABSENT`) as None, as
+    ``CrewKickoffOperator.output`` does."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return crew_output(super().__call__(*args, **kwargs).operator)  # type: ignore[attr-defined]
@@ -138,12 +139,8 @@ def crew_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) 
     """``@task.crew``: the decorated function returns the crew's inputs; the task starts the crew and
     waits for it, as :class:`~airflow_provider_crew.operators.crew.CrewKickoffOperator` does.
 
-    The function runs in the worker when the task starts, with its arguments (XComArgs resolved, and
-    the context keys it names), and returns a mapping of input name to value, used as is (not
-    templated). Every other ``CrewKickoffOperator`` parameter is an argument of the decorator, and
-    ``.partial()`` / ``.expand()`` map over the function's arguments. The task returns the kickoff id;
-    ``task["result"]`` (or ``.output["result"]``) is the crew's final output, None when the wait ended
-    at a pause, like ``["human_input"]``, ``["usage"]`` and ``["status"]`` when absent.
+    Every other ``CrewKickoffOperator`` parameter is an argument of the decorator
+    (docs/howto/kickoff.rst, "TaskFlow: ``@task.crew``").
 
     :param python_callable: The function; ``@task.crew`` and ``@task.crew(...)`` both work.
     """

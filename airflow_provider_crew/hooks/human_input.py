@@ -58,10 +58,9 @@ def human_input_webhook(
 ) -> HumanInputWebhook:
     """Build ``humanInputWebhook`` from an Airflow connection, so no credential sits in DAG code.
 
-    Password alone: bearer token. Login and password: basic. ``{"strategy": ...}`` in the
-    connection's extra overrides the guess. Errors name the connection and the fields, never the
-    credential. The webhook receiver's connection (``crew_webhook_receiver``) gives the run's own
-    address on Airflow's api-server, with the run's token, so that a pause wakes the waits on it.
+    How its fields are read: ``human_input_webhook_conn_id`` in docs/api.md. Errors name the connection
+    and the fields, never the credential. The webhook receiver's connection (``crew_webhook_receiver``)
+    gives the run's own address on Airflow's api-server, so that a pause wakes the waits on it.
 
     :param url: Where the service announces a pause; None or empty: the connection's host.
     :param conn_id: The connection holding the credential the service must send there.

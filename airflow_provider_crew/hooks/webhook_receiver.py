@@ -2,16 +2,13 @@
 
 The crew's webhooks reach Airflow's api-server, where the provider's plugin
 (:mod:`airflow_provider_crew.plugins.crew`) wakes the deferred waits on that execution. The
-address is built here, per DAG run, from the ``crew_webhook_receiver`` connection: its host is the
-api-server's address *as the crew service reaches it* (a public ingress, or a proxy that exposes only
-``/crew-webhooks/``), its password the key the run's secret is derived with.
+address is built here, per DAG run, from the ``crew_webhook_receiver`` connection
+(:class:`CrewWebhookReceiverHook`).
 
 The contract's crew webhook carries no credentials, so the address itself is the credential: the
-run's token rides in its query string (``https://host/crew-webhooks/v1/crew/<dag>/<run>?token=<token>``),
-which every HTTP client sends as it is. Airflow 3.3's api-server redacts a ``token=`` query value in
-its access log; older ones, and proxies, log it (docs/webhook-wake.md, "Security"). The human-input
-webhook sends it as its bearer token. A leaked address lets its holder wake that run's waits early:
-each then reads the status with the crew's own token and waits on.
+run's token rides in its query string, which every HTTP client sends as it is; the human-input
+webhook sends it as its bearer token. Where it is logged, and what a leaked one allows:
+docs/webhook-wake.md, "Security".
 """
 
 from __future__ import annotations
@@ -193,23 +190,23 @@ class CrewWebhookReceiverHook(BaseHook):
         :param run_id: The run.
         :param crew: The crew connection (its safety poll interval).
         """
-        config = self.config
-        token = run_token(config.keys[0], dag_id, run_id)
-        parts = urlsplit(config.base_url)
-        path = f"{parts.path.rstrip('/')}{wake_path('crew', dag_id, run_id)}"
-        query = urlencode({TOKEN_PARAMETER: token})
-        crew_url = parts._replace(path=path, query=query, fragment="").geturl()
+        url, token = self._address("crew", dag_id, run_id)
+        crew_url = f"{url}?{urlencode({TOKEN_PARAMETER: token})}"
         return WakeAddresses(crew_url, self.human_input_address(dag_id, run_id), crew.safety_poll_interval)
 
     def human_input_address(self, dag_id: str, run_id: str) -> HumanInputWebhook:
         """The run's human-input webhook: the plugin's address, the run's token as bearer token."""
-        config = self.config
-        parts = urlsplit(config.base_url)
-        url = parts._replace(path=f"{parts.path.rstrip('/')}{wake_path('human', dag_id, run_id)}").geturl()
-        token = run_token(config.keys[0], dag_id, run_id)
+        url, token = self._address("human", dag_id, run_id)
         return HumanInputWebhook.model_validate(
             {"url": url, "authentication": {"strategy": "bearer", "token": token}}
         )
+
+    def _address(self, kind: str, dag_id: str, run_id: str) -> tuple[str, str]:
+        """The plugin's address for ``kind`` webhooks of the run, under the base URL, and the run's token."""
+        config = self.config
+        parts = urlsplit(config.base_url)
+        url = parts._replace(path=f"{parts.path.rstrip('/')}{wake_path(kind, dag_id, run_id)}").geturl()
+        return url, run_token(config.keys[0], dag_id, run_id)
 
     def test_connection(self) -> tuple[bool, str]:
         """For Airflow's Test action: ask the plugin behind the address, as a worker does; wakes nothing.

@@ -1,12 +1,9 @@
 """The "Crew execution" link: a button on each crew task that opens the execution's page.
 
-How it reaches the UI: at the end of every run of a task, each deferral included, the worker calls
-``get_link`` and stores the answer in XCom ``_link_CrewExecutionLink``; the api-server only reads
-that XCom. So the task pushes the URL (XCom ``execution_url``) as soon as it knows the execution, and
-``get_link`` reads it back: the link is there while the task is deferred, after it succeeded and
-after it failed. ``get_link`` never raises, since on Airflow 3.0 a raising link breaks the end of
-the task run; without a URL it answers ``""`` and the UI shows no link. A task that knows its URL
-(or that it has none) in the running process answers from that, without reading XCom.
+The worker asks ``get_link`` at the end of every run of a task and stores its answer in XCom, which
+is all the api-server reads (docs/execution-link.md); so the task pushes the URL as soon as it knows
+the execution, and ``get_link`` reads it back or answers from what the running task knows. It never
+raises, since on Airflow 3.0 a raising link breaks the end of the task run.
 """
 
 from __future__ import annotations
@@ -25,6 +22,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 XCOM_EXECUTION_URL = "execution_url"
+
+
+def web_address(value: Any) -> str | None:
+    """An http(s) URL, else None: a ``javascript:`` one (XCom is writable by REST) would run in the UI.
+    The scheme in any case, as the connection's template check takes it."""
+    is_web = isinstance(value, str) and value[:8].lower().startswith(("https://", "http://"))
+    return value if is_web else None
 
 
 class CrewExecutionLink(BaseOperatorLink):
@@ -46,7 +50,7 @@ class CrewExecutionLink(BaseOperatorLink):
         if callable(known):
             is_known, url = known()
             if is_known:  # this run knows it: no XCom read (a missing one is logged as an error)
-                return url if isinstance(url, str) and url.startswith(("https://", "http://")) else ""
+                return web_address(url) or ""
         try:
             # Imported here: only the worker calls get_link, and the operators' import stays light.
             from airflow.providers.common.compat.sdk import XCom
@@ -58,9 +62,7 @@ class CrewExecutionLink(BaseOperatorLink):
                 "Could not read XCom %r for the crew execution link.", XCOM_EXECUTION_URL, exc_info=True
             )
             return ""
-        if isinstance(url, str) and url.startswith(("https://", "http://")):
-            return url
-        return ""
+        return web_address(url) or ""
 
 
 def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:

@@ -3,20 +3,9 @@
 With ``apache-airflow-providers-openlineage`` installed, its listener calls
 ``get_openlineage_facets_on_complete`` / ``..._on_failure`` on each task that has them, in the task's
 own process, after the task's last step. :class:`CrewOpenLineageMixin` answers from what the task
-kept of its wait (``crew_execution``, :class:`~airflow_provider_crew.waiting.rules.FollowedExecution`):
-the execution id, the connection's base URL and the last status record the task read. It sends no
-request to the crew service. The OpenLineage modules are imported only inside
-those methods, so without the OpenLineage provider nothing of it is imported.
-
-Run facets of each COMPLETE and FAIL event:
-
-- ``externalQuery`` (OpenLineage's ``ExternalQueryRunFacet``): the execution id, and the crew's base
-  URL without credentials as its source;
-- ``crewExecution`` (:class:`~airflow_provider_crew.openlineage.facets.CrewExecutionRunFacet`):
-  state, tasks done and total, token usage when the status record has it, the input names, and
-  the input values and output only when the task sets ``openlineage_include_values=True``;
-- ``errorMessage`` on failure (OpenLineage's listener replaces it with the task's exception when it
-  has one).
+kept of its wait (``crew_execution``, :class:`~airflow_provider_crew.waiting.rules.FollowedExecution`),
+with no request to the crew service. The OpenLineage modules are imported only inside those methods,
+so without the OpenLineage provider nothing of it is imported. The facets: docs/lineage.md.
 """
 
 from __future__ import annotations
@@ -26,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_provider_crew.status import whole_counts
 from airflow_provider_crew.waiting.rules import FollowedExecution, Outcome, WaitResult
 
 if TYPE_CHECKING:
@@ -60,25 +50,12 @@ def _json_safe(value: Any) -> Any:
 def _token_usage(record: Mapping[str, Any]) -> dict[str, int] | None:
     """Whole-number token counts from the status record (``usage_metrics``; ``token_usage`` in
     crew webhooks), or None when it has none."""
-    for key in ("usage_metrics", "token_usage"):
-        usage = record.get(key)
-        if isinstance(usage, Mapping):
-            counts = {
-                str(name): count
-                for name, count in usage.items()
-                if isinstance(count, int) and not isinstance(count, bool)
-            }
-            if counts:
-                return counts
-    return None
+    return whole_counts(record.get("usage_metrics")) or whole_counts(record.get("token_usage")) or None
 
 
 class CrewOpenLineageMixin:
-    """OpenLineage facets for the tasks that follow a crew execution.
-
-    Reads ``crew_execution``, which the task's wait keeps (:class:`~airflow_provider_crew.operators.wait.
-    CrewWaitMixin`): the listener calls these methods on the operator instance, in the same process.
-    """
+    """OpenLineage facets for the tasks that follow a crew execution, from their ``crew_execution``
+    (kept by :class:`~airflow_provider_crew.operators.wait.CrewWaitMixin`)."""
 
     #: Send the input values and the output to lineage backends too (they may be private).
     openlineage_include_values: bool = False

@@ -26,35 +26,22 @@ SCHEMA_URL = (
 class CrewExecutionRunFacet(RunFacet):
     """What a crew task knows about the execution it followed, when the task ended.
 
-    Field names are camelCase as in OpenLineage's own facets. Fields the task does not know are
-    left out of the event.
+    Field names are camelCase as in OpenLineage's own facets; fields the task does not know are left
+    out of the event. What each means: docs/lineage.md and the JSON schema.
     """
 
     executionId: str
-    """The execution's id (the kickoff id)."""
     outcome: str | None = attr.field(default=None)
-    """How the task's wait ended: succeeded, paused, failed, not_found, timeout or error; left out
-    when the task did not wait."""
     state: str | None = attr.field(default=None)
-    """The execution's state as the service last reported it, e.g. SUCCESS, FAILED, PAUSED."""
     tasksCompleted: int | None = attr.field(default=None)
-    """Crew tasks done, from the last status record."""
     tasksTotal: int | None = attr.field(default=None)
-    """Crew tasks in all, from the last status record."""
     tokenUsage: dict[str, int] | None = attr.field(default=None)
-    """Token counts from the status record's ``usage_metrics``, e.g. total_tokens, prompt_tokens."""
     inputNames: list[str] | None = attr.field(default=None)
-    """The names of the inputs the execution was started with (kickoff tasks)."""
     inputs: dict[str, Any] | None = attr.field(default=None)
-    """The input values; only with ``openlineage_include_values=True``."""
     output: Any = attr.field(default=None)
-    """The final output, or the paused task's output; only with ``openlineage_include_values=True``."""
     error: str | None = attr.field(default=None)
-    """Why the execution or the wait failed."""
     executionUrl: str | None = attr.field(default=None)
-    """The execution's page, when the connection has an execution page URL template."""
     stopped: dict[str, str] | None = attr.field(default=None)
-    """When the task stopped the execution (``POST /stop``): ``{"reason", "answer"}``."""
 
     @staticmethod
     def _get_schema() -> str:

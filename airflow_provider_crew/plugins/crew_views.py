@@ -1,16 +1,9 @@
-"""The Crew tab of a task instance and the Crews page: plain HTML and a little script, served by the
-api-server plugin at ``/crew-ui`` and shown by Airflow 3.1+ as its ``external_views`` (:mod:`.webhooks`).
+"""The app of the Crew tab and the Crews page (docs/crew-views.md), mounted by the api-server plugin
+at ``/crew-ui`` and shown by Airflow 3.1+ as its ``external_views`` (:mod:`.crew`).
 
-- ``GET /crew-ui/task-instance/{dag_id}/{run_id}/{task_id}/{map_index}``: the tab's page; it reads
-  ``GET /crew-ui/api/task-instance/...`` and reads it again at the wait's pace while the task runs.
-- ``GET /crew-ui/crews``: the page in the navigation; it reads ``GET /crew-ui/api/crews``.
-
-The pages hold no data. The ``api`` routes answer only a user Airflow's auth manager lets read the
-task instances of the DAG (the page's own DAG, or every DAG listed), as Airflow's own routes ask it:
-the same session (the UI's token cookie, or a bearer token), ``is_authorized_dag`` with
-``DagAccessEntity.TASK_INSTANCE``, and ``get_authorized_dag_ids`` for the list. Without a session they
-answer 401, without the right 403, and no data. Nothing they answer holds a token: the connection's
-token stays in the hook.
+The pages are static and hold no data; each reads its ``/api`` route, which answers only a user that
+Airflow's auth manager lets read the DAG's task instances, asked as Airflow's own routes ask it
+(docs/crew-views.md, "Who sees what").
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""What the Crew tab and the Crews page show, read from Airflow's metadata database in the api-server.
+"""What the Crew tab and the Crews page show (docs/crew-views.md), read from Airflow's metadata
+database in the api-server.
 
-The Crew tab of a finished task instance reads only what its XComs hold. While the task runs, the
-tab reads the execution's status from the crew service (:mod:`.crew_views_live`: at most once per
-``MIN_REFRESH_SECONDS`` per execution in this api-server process), with the task instance's own
-connection and poll pace. When the service cannot be read, the tab shows the last status this process
-read, or the XComs, and says which service cannot be read, why and since when.
-
-The Crews page reads task instances and their small XComs (``kickoff_id``, ``return_value``,
-``usage``, ``human_input``) of the window; it never calls a crew service. Everything here is
-synchronous database work: the app (:mod:`.crew_views`) runs it in threads.
+The tab of a running task reads the service through :mod:`.crew_views_live`; everything else here is
+synchronous database work, which the app (:mod:`.crew_views`) runs in threads.
 """
 
 from __future__ import annotations
@@ -17,12 +11,13 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
 
+from airflow_provider_crew.links.crew import XCOM_EXECUTION_URL, web_address
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.xcom import (
     XCOM_HUMAN_INPUT,
+    XCOM_KICKOFF_ID,
     XCOM_RESULT,
     XCOM_REVIEW_REQUEST,
     XCOM_STATUS,
@@ -53,24 +48,18 @@ LIVE_STATES = frozenset(
 AWAITING_REVIEWER = frozenset({"deferred", "awaiting_input"})
 TAB_XCOM_KEYS = (
     "return_value",
-    "kickoff_id",
+    XCOM_KICKOFF_ID,
     XCOM_STATUS,
     XCOM_HUMAN_INPUT,
     XCOM_USAGE,
     XCOM_RESULT,
-    "execution_url",
+    XCOM_EXECUTION_URL,
 )
-PAGE_XCOM_KEYS = ("return_value", "kickoff_id", XCOM_USAGE, XCOM_HUMAN_INPUT)
+PAGE_XCOM_KEYS = ("return_value", XCOM_KICKOFF_ID, XCOM_USAGE, XCOM_HUMAN_INPUT)
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _web_address(value: Any) -> str | None:
-    """An http(s) URL, else None: a ``javascript:`` one (XCom is writable by REST) would run in the UI."""
-    text = _text(value)
-    return text if text and urlsplit(text).scheme in ("http", "https") else None
 
 
 def _word(state: Any) -> str | None:
@@ -134,7 +123,7 @@ def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, 
 
     query = (
         select(XComModel.task_id, XComModel.map_index, XComModel.value)
-        .join(TI, _pushed_by(TI, XComModel))
+        .join(TI, _of_task_instance(XComModel, TI))
         .where(XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id)
         .where(XComModel.key == XCOM_REVIEW_REQUEST, TI.operator == REVIEW_ROUND)
     )
@@ -162,7 +151,7 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         view: dict[str, Any] = {"found": True, "crew_task": is_crew, "ti_state": state}
         if not is_crew:
             return view
-        kickoff_id = _text(xcoms.get("kickoff_id")) or _text(xcoms.get("return_value"))
+        kickoff_id = _text(xcoms.get(XCOM_KICKOFF_ID)) or _text(xcoms.get("return_value"))
         live = state in LIVE_STATES
         follow = following(session, ti) if live else None
         kickoff_id = kickoff_id or _text(follow and follow.kickoff_id) or _rendered_kickoff_id(session, ti)
@@ -180,7 +169,7 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
     shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
     view.update(
         kickoff_id=kickoff_id,
-        execution_url=_web_address(xcoms.get("execution_url")),
+        execution_url=web_address(xcoms.get(XCOM_EXECUTION_URL)),
         live=live,
         source=source,
         service_problem=problem,
@@ -196,15 +185,8 @@ def _task_xcoms(session: Any, ti: Any) -> dict[str, Any]:
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
-    rows = session.execute(
-        select(XComModel.key, XComModel.value).where(
-            XComModel.dag_id == ti.dag_id,
-            XComModel.run_id == ti.run_id,
-            XComModel.task_id == ti.task_id,
-            XComModel.map_index == ti.map_index,
-            XComModel.key.in_(TAB_XCOM_KEYS),
-        )
-    )
+    query = select(XComModel.key, XComModel.value).where(_of_task_instance(XComModel, ti))
+    rows = session.execute(query.where(XComModel.key.in_(TAB_XCOM_KEYS)))
     return {key: _xcom_value(value) for key, value in rows}
 
 
@@ -229,28 +211,22 @@ def _rendered_kickoff_id(session: Any, ti: Any) -> str | None:
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
     from sqlalchemy import select
 
-    fields = session.scalars(
-        select(RTIF.rendered_fields).where(
-            RTIF.dag_id == ti.dag_id,
-            RTIF.run_id == ti.run_id,
-            RTIF.task_id == ti.task_id,
-            RTIF.map_index == ti.map_index,
-        )
-    ).first()
+    fields = session.scalars(select(RTIF.rendered_fields).where(_of_task_instance(RTIF, ti))).first()
     return _text(fields.get("kickoff_id")) if isinstance(fields, dict) else None
 
 
-# -- the Crews page -------------------------------------------------------------------------------
-
-
-def _pushed_by(TI: Any, XComModel: Any) -> Any:
-    """An XCom joined to the task instance that pushed it (Airflow's unique index on the four)."""
+def _of_task_instance(table: Any, ti: Any) -> Any:
+    """The rows of ``table`` (XComs, rendered fields) of the task instance ``ti``: a row read, or the
+    TaskInstance table itself to join to the instance that pushed them (Airflow's index on the four)."""
     return (
-        (TI.dag_id == XComModel.dag_id)
-        & (TI.run_id == XComModel.run_id)
-        & (TI.task_id == XComModel.task_id)
-        & (TI.map_index == XComModel.map_index)
+        (table.dag_id == ti.dag_id)
+        & (table.run_id == ti.run_id)
+        & (table.task_id == ti.task_id)
+        & (table.map_index == ti.map_index)
     )
+
+
+# -- the Crews page -------------------------------------------------------------------------------
 
 
 def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[tuple, dict[str, Any]]]:
@@ -289,7 +265,7 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
             XComModel.key,
             XComModel.value,
         )
-        .join(TI, _pushed_by(TI, XComModel))
+        .join(TI, _of_task_instance(XComModel, TI))
         .where(crew, XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
     )
     if dag_ids is not None:
@@ -305,7 +281,7 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
 
 def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, tokens: Any, now: datetime) -> dict:
     """One line of the Crews page."""
-    kickoff = held.get("kickoff_id", held.get("return_value"))
+    kickoff = held.get(XCOM_KICKOFF_ID, held.get("return_value"))
     return {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,

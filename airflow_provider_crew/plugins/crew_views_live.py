@@ -1,12 +1,6 @@
-"""How the Crew tab follows a running execution: the connection and poll pace of the task instance, and
-the status reads from its crew service.
-
-- The connection and pace come from the task in its DAG version, as Airflow deserializes it (a mapped
-  task's expanded connection is the one of its map index), and from the deferred wait's trigger.
-- The reads are shared by every viewer of the execution in this api-server process: one read at a
-  time, at most once per :data:`MIN_REFRESH_SECONDS`, each bounded by :data:`SERVICE_READ_SECONDS`.
-  Viewers who ask while a read is under way take its answer; when the service cannot be read, the last
-  known status is kept and :func:`banner` says which service, why, since when and what is shown.
+"""How the Crew tab follows a running execution (docs/crew-views.md, "While the task runs"): the
+connection and poll pace of the task instance, and the status reads from its crew service, shared by
+every viewer of the execution in this api-server process.
 """
 
 from __future__ import annotations

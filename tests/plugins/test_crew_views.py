@@ -14,6 +14,7 @@ import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.links.crew import web_address
 from airflow_provider_crew.plugins import crew as crew_plugin
 from airflow_provider_crew.plugins import crew_views_data as data
 from airflow_provider_crew.plugins import crew_views_live as live_module
@@ -239,8 +240,9 @@ def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
         ("https://crews.example.com/executions/k-1", "https://crews.example.com/executions/k-1"),
         ("javascript:alert(document.cookie)", None),  # XCom is writable through the REST API
         ("data:text/html,<script>1</script>", None),
+        ("HTTPS://crews.example.com/k-1", "HTTPS://crews.example.com/k-1"),  # as the connection takes it
         (42, None),
     ],
 )
 def test_only_a_web_address_becomes_the_execution_page_link(stored, shown):
-    assert data._web_address(stored) == shown
+    assert web_address(stored) == shown
