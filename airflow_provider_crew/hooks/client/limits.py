@@ -1,15 +1,10 @@
-"""What one attempt of a request may cost: time, and the body's size after decompression.
+"""What one attempt of a request may cost: a total time, and the body's size after decompression.
 
-Both transports hold an answer to the same :class:`Limits`, so a broken or hostile service costs
-one request, never the process that reads it (a triggerer reads the waits of every DAG):
-
-- a total time bound per attempt (``connect_timeout + read_timeout``, cut short by the caller's
-  deadline), checked between reads, so a body that trickles in byte by byte still ends;
-- a cap on the body counted after decompression (``max_response_bytes``), by :class:`BodyCap`.
-  The HTTP libraries decode gzip and deflate themselves in bounded pieces: urllib3 2.7 and aiohttp
-  3.13.3 cap what one read may inflate (the fixes for CVE-2025-66471, CVE-2026-44432 and
-  CVE-2025-69223; pyproject.toml asks for them), so a small body that inflates to gigabytes (a gzip
-  bomb) costs at most the cap plus one piece.
+Both transports hold an answer to the same :class:`Limits`, so a hostile service costs one request,
+never the triggerer that reads every DAG's waits (docs/reliability.md, "Hostile or broken
+services"). The HTTP libraries inflate gzip and deflate a bounded piece per read (urllib3 2.7 and
+aiohttp 3.13.3, the fixes for CVE-2025-66471, CVE-2026-44432 and CVE-2025-69223); :class:`BodyCap`
+counts the inflated bytes, so a gzip bomb costs at most the cap plus one piece.
 """
 
 from __future__ import annotations

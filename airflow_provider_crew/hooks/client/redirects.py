@@ -26,8 +26,6 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def redirect_target(call: Call, current_url: str, status_code: int, location: str | None, hops: int) -> str:
     """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it.
 
-    The rule: only a GET, only to the same scheme, host and port, at most MAX_REDIRECTS times.
-
     :param call: The request that was redirected.
     :param current_url: The URL that answered with the redirect.
     :param status_code: The redirect's status code.

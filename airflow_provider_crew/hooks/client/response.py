@@ -118,37 +118,32 @@ def read_stop_answer(response: Response | CrewError) -> StopResult:
     return StopResult(outcome=StopOutcome.UNKNOWN, detail=f"HTTP {code}: {said or 'no error message'}")
 
 
-def parse_json(call: Call, response: Response) -> Any:
-    """The JSON body of a successful answer; an error status or a body that is not JSON raises."""
+def read_answer(call: Call, response: Response, read: Callable[[Any], T]) -> T:
+    """An answer's JSON body, read by ``read``; an error status raises its typed error.
+
+    A body that is not JSON, or that ``read`` refuses (a ``ValueError``), is the service's error for
+    a GET. For a kickoff or resume it is an unknown outcome: the service may have acted, so neither
+    the hook nor Airflow may send the request again.
+
+    :param read: Reads the JSON body into what the contract says, e.g. a model's ``model_validate``.
+    """
     raise_for_response(call, response)
     try:
-        return response.json()
-    except ValueError:
+        return read(response.json())
+    except ValueError as error:
+        if isinstance(error, ValidationError):
+            detail = describe_validation_error(error)
+        elif isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+            detail = f"not JSON: {response.text[:200]!r}"
+        else:
+            detail = str(error)
+        reason = f"answered {response.status_code} with a body that cannot be read: {detail}"
+        if not call.idempotent:
+            raise call.outcome_unknown(f"it {reason}") from None
         raise CrewServerError(
-            call.explain(
-                f"{call.endpoint} answered {response.status_code} with a body that is not JSON: "
-                f"{response.text[:200]!r}"
-            ),
+            call.explain(f"{call.endpoint} {reason}"),
             endpoint=call.endpoint,
             status_code=response.status_code,
-        ) from None
-
-
-def read_get_answer(call: Call, response: Response, parse: Callable[[Any], T]) -> T:
-    """A GET's answer, read by ``parse``: a body it cannot read is the service's error.
-
-    :param call: The request.
-    :param response: Its answer.
-    :param parse: Reads the JSON body; raises ``ValueError`` when it is not what the contract says.
-    """
-    payload = parse_json(call, response)
-    try:
-        return parse(payload)
-    except ValueError as error:
-        raise CrewServerError(
-            call.explain(f"{call.endpoint} answered with an unexpected body: {error}"),
-            endpoint=call.endpoint,
-            status_code=200,
         ) from None
 
 
@@ -157,41 +152,19 @@ def read_status(
 ) -> Generator[Call, Response, CrewStatus]:
     """Read ``kickoff_id``'s status: yields each request, is sent its answer, returns the record.
 
-    The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
-    so the two-path rule exists once: ask each path in turn; a 404 with a path left to try moves on;
-    any other answer (or the last path's 404) is the answer, and a record that parses teaches
-    ``auto`` connections the path.
+    The hook's sync and async reads both drive it, so the two-path rule exists once: a 404 with a
+    path left to try moves on; any other answer is read, and a record that parses teaches the path.
 
-    :param config: The connection's settings.
     :param headers: The status requests' headers.
-    :param kickoff_id: The execution.
     """
     for style in status_styles(config):
         call = status_call(config.base_url, headers, kickoff_id, style)
         response = yield call
         if response.status_code != 404:
             break
-    status = read_get_answer(call, response, CrewStatus.from_response)
+    status = read_answer(call, response, CrewStatus.from_response)
     learn_status_path(config, style)
     return status
-
-
-def read_post_answer(call: Call, response: Response, model: type[BaseModel]) -> Any:
-    """A kickoff's or resume's answer, validated.
-
-    An answer that says it worked but cannot be read is an unknown outcome, not a server error:
-    the service may have acted, so neither the hook nor Airflow may send the request again.
-    """
-    raise_for_response(call, response)
-    try:
-        return model.model_validate(response.json())
-    except ValueError as error:  # not JSON, or not the expected fields
-        if isinstance(error, ValidationError):
-            detail = describe_validation_error(error)
-        else:
-            detail = f"not JSON: {response.text[:200]!r}"
-        reason = f"it answered {response.status_code} with a body that cannot be read: {detail}"
-        raise call.outcome_unknown(reason) from None
 
 
 def describe_validation_error(error: ValidationError) -> str:

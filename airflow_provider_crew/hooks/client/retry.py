@@ -2,18 +2,9 @@
 
 :func:`what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
 :data:`GET_RULE` (every request a repeat cannot make act twice: a GET, a stop) say what the client
-does with it. docs/reliability.md ("Paid requests: nothing sent twice") shows :data:`POST_RULE`, and
-tests/hooks/client/test_retry.py checks that the two tables are the same. In short:
-
-- A POST is repeated only when it surely did not reach the service or the service itself said it
-  did not act. Anything else after sending is an unknown outcome: never repeated, and
-  :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` fails the task without retry.
-- "Busy" answers are retried for up to ``retry_budget`` seconds; other transient failures, which say
-  nothing about when to come back, up to ``retry_limit`` times.
-- The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
-  never shorter than the service's ``Retry-After``. No retry sleeps past the caller's deadline.
-
-:func:`send_with_retries` and :func:`asend_with_retries` are the loop, sync and async.
+does with it, and :meth:`RetryPolicy.decide` is the one place that acts on them. docs/reliability.md
+("Paid requests: nothing sent twice") shows :data:`POST_RULE` and explains the budget, the limit,
+the back-off and the deadline; tests/hooks/client/test_retry.py checks that the two tables are the same.
 """
 
 from __future__ import annotations
@@ -222,23 +213,19 @@ class RetryPolicy:
             delay, why = self.backoff(retry_after_seconds(outcome.headers)), f"answered {outcome.status_code}"
         else:
             delay, why = self.backoff(None), f"failed ({outcome.reason})"
-        setting = ""  # the connection's setting that ran out, if one did
-        if step is Step.AGAIN_WHEN_BUSY:
+        stopped = self._why_not_again(step, delay)
+        if stopped is None and step is Step.AGAIN:
+            self.counted_retries += 1
+            return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}")
+        if stopped is None:
             used, budget = self.clock() - self.started, self.config.retry_budget
-            if used + delay > budget:
-                setting = f"the connection's retry_budget of {budget:g} s"
-            elif self._may_wait(delay):
-                progress = (
-                    f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
-                )
-                return Retry(delay, why, progress)
-        elif step is Step.AGAIN:
-            if self.counted_retries < self.config.retry_limit and self._may_wait(delay):
-                self.counted_retries += 1
-                return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}")
-            setting = f"the connection's retry_limit of {self.config.retry_limit}"
+            progress = f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
+            return Retry(delay, why, progress)
         if isinstance(outcome, Response):  # the last answer, with why the retries stopped
-            return replace(outcome, note=self._gave_up(delay, setting))
+            used = self.clock() - self.started
+            return replace(
+                outcome, note=f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {stopped}."
+            )
         return CrewTransportError(
             self.call.explain(
                 f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
@@ -256,25 +243,24 @@ class RetryPolicy:
             delay = max(delay, min(retry_after, MAX_RETRY_AFTER_SECONDS))
         return delay
 
-    def _may_wait(self, delay: float) -> bool:
-        if self.max_retries is not None and self.attempts > self.max_retries:
-            return False
-        return self.deadline is None or self.clock() + delay < self.deadline
-
-    def _gave_up(self, delay: float, setting: str) -> str:
-        """Why the retries stopped: the deadline, a one-try call or the connection's setting."""
+    def _why_not_again(self, step: Step, delay: float) -> str | None:
+        """Why the request is not sent again after ``delay`` seconds, or None when it may be."""
+        config = self.config
+        if step is Step.FAIL:
+            return "a repeat meets the same refusal"
         if self.deadline is not None and self.clock() + delay >= self.deadline:
-            why = "the next retry would pass the wait's deadline"
-        elif self.max_retries is not None and self.attempts > self.max_retries:
-            why = (
+            return "the next retry would pass the wait's deadline"
+        if self.max_retries is not None and self.attempts > self.max_retries:
+            return (
                 "this call tries only once"
                 if self.max_retries == 0
                 else f"at most {self.max_retries} retries"
             )
-        else:
-            why = f"{setting} is used up" if setting else "no retry left"
-        used = self.clock() - self.started
-        return f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {why}."
+        if step is Step.AGAIN_WHEN_BUSY and self.clock() - self.started + delay > config.retry_budget:
+            return f"the connection's retry_budget of {config.retry_budget:g} s is used up"
+        if step is Step.AGAIN and self.counted_retries >= config.retry_limit:
+            return f"the connection's retry_limit of {config.retry_limit} is used up"
+        return None
 
 
 def _logged(policy: RetryPolicy, retry: Retry) -> float:

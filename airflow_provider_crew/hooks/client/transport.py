@@ -1,10 +1,8 @@
 """One attempt of a request under its :class:`~.limits.Limits`: sync (``requests``) or async (``aiohttp``).
 
-A task's calls (kickoff, resume, inputs, a blocking wait's status reads) go through
-:class:`SyncTransport`; the triggers' status reads through :class:`AsyncTransport`, whose one
-``aiohttp`` session per event loop every trigger in a triggerer shares. Each reports the answer
-(:class:`~.response.Response`) or how far it got before failing (:class:`~.retry.TransportFailure`);
-:mod:`.retry` decides what comes next. Redirects are followed only as :mod:`.redirects` allows.
+A task's calls go through :class:`SyncTransport`; the triggers' through :class:`AsyncTransport`,
+with one ``aiohttp`` session per event loop. Each reports the answer or how far it got before
+failing (:class:`~.retry.TransportFailure`); :mod:`.retry` decides what comes next.
 """
 
 from __future__ import annotations
@@ -42,6 +40,13 @@ TLS_HANDSHAKE_REFUSALS = (
 def over_time(limits: Limits) -> TransportFailure:
     """The failure of an attempt that ran past its total time bound."""
     return TransportFailure(Came.LOST, f"no complete answer within {limits.total:.3g} s")
+
+
+def failed(limits: Limits, started: float, came: Came, reason: str) -> TransportFailure:
+    """The failure of an attempt the library gave up on: at the end of the time bound, the bound's."""
+    if time.monotonic() - started >= limits.total * 0.99:
+        return over_time(limits)
+    return TransportFailure(came, reason)
 
 
 # -- sync: requests -------------------------------------------------------------------------------------
@@ -145,9 +150,7 @@ class SyncTransport:
                     return over_time(limits)
             complete = True
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as error:
-            if time.monotonic() - started >= limits.total * 0.99:
-                return over_time(limits)
-            return TransportFailure(Came.LOST, describe_requests_error(error))
+            return failed(limits, started, Came.LOST, describe_requests_error(error))
         finally:
             if complete:
                 raw.raw.release_conn()  # back to the pool for the next request
@@ -165,15 +168,9 @@ def classify_aiohttp_error(error: BaseException) -> Came:
 
     if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
         return Came.REFUSED
-    connect_timeout = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp 3.10+
-    if isinstance(error, aiohttp.ClientConnectorError) or (
-        connect_timeout and isinstance(error, connect_timeout)
-    ):
+    if isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return Came.NOTHING
     return Came.LOST
-
-
-_ENCODING = "Content-Encoding"
 
 
 # -- async: aiohttp, the session shared per event loop ------------------------------------------------
@@ -267,7 +264,11 @@ class AsyncTransport:
                         url = redirect_target(call, url, status, raw.headers.get("Location"), hops)
                         continue
                     length = raw.content_length
-                    if length is not None and length <= limits.max_bytes and _ENCODING not in raw.headers:
+                    if (
+                        length is not None
+                        and length <= limits.max_bytes
+                        and "Content-Encoding" not in raw.headers
+                    ):
                         # The usual answer: plain, its length known and under the cap. One read.
                         return Response(status, raw.headers, await raw.read())
                     body = BodyCap(call, status, raw.headers, limits.max_bytes)
@@ -276,8 +277,6 @@ class AsyncTransport:
                         body.feed(chunk)
                     return Response(status, raw.headers, body.finish())
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-            if time.monotonic() - started >= limits.total * 0.99:
-                return over_time(limits)
             reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            return TransportFailure(classify_aiohttp_error(error), reason)
+            return failed(limits, started, classify_aiohttp_error(error), reason)
         raise AssertionError("unreachable")  # pragma: no cover - redirect_target stops the loop
