@@ -40,10 +40,7 @@ class Limits:
 
 
 def describe_size(size: int) -> str:
-    """``33554432`` -> ``"32 MiB"``; exact bytes when not a round number of KiB/MiB.
-
-    :param size: A size in bytes.
-    """
+    """``33554432`` -> ``"32 MiB"``; exact bytes when not a round number of KiB/MiB."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
@@ -51,11 +48,7 @@ def describe_size(size: int) -> str:
 
 
 def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
-    """The error for an answer whose body is over the cap.
-
-    :param call: The request the body answers.
-    :param limit: The cap, in bytes after decompression.
-    """
+    """The error for an answer whose body is over the cap."""
     return CrewResponseTooLargeError(
         call.explain(
             f"{call.endpoint} answered with a body over {describe_size(limit)} (counted after "
@@ -69,13 +62,7 @@ def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
 
 
 class BodyCap:
-    """Collects one answer's body as the HTTP library decoded it, and stops at the cap.
-
-    :param call: The request the body answers (for error messages).
-    :param status_code: The answer's status code.
-    :param headers: The answer's headers (``Content-Encoding``, ``Content-Length``).
-    :param max_bytes: The cap, in bytes after decompression.
-    """
+    """Collects one answer's body as the HTTP library decoded it, and stops at the cap."""
 
     __slots__ = ("_call", "_max_bytes", "_parts", "_size")
 

@@ -24,14 +24,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 def redirect_target(call: Call, current_url: str, status_code: int, location: str | None, hops: int) -> str:
-    """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it.
-
-    :param call: The request that was redirected.
-    :param current_url: The URL that answered with the redirect.
-    :param status_code: The redirect's status code.
-    :param location: Its ``Location`` header, if any.
-    :param hops: How many redirects were followed before this one.
-    """
+    """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it."""
     target = urljoin(current_url, location) if location else None
     scheme, host, port = _origin(target or current_url)
     where = f"{scheme}://{host}:{port}"

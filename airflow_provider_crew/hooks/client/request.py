@@ -81,11 +81,7 @@ class Call:
 
 
 def request_headers(config: CrewConnectionConfig, *, with_body: bool = False) -> dict[str, str]:
-    """The headers of a request to the crew at ``config``.
-
-    :param config: The connection's settings (its token).
-    :param with_body: The request sends a JSON body.
-    """
+    """The headers of a request to the crew at ``config``."""
     headers = {
         "Authorization": f"Bearer {config.token}",
         "Accept": "application/json",

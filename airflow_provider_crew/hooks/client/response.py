@@ -99,10 +99,7 @@ def raise_for_response(call: Call, response: Response) -> None:
 def read_stop_answer(response: Response | CrewError) -> StopResult:
     """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or a 404 about
     the route (a framework's bare "Not Found", "No route for ..."), not about the execution ("Execution
-    not found").
-
-    :param response: The answer, or the error that stopped the request (the outcome is unknown).
-    """
+    not found")."""
     if isinstance(response, CrewError):
         return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(response))
     code = response.status_code

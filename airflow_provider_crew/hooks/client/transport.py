@@ -53,10 +53,7 @@ def failed(limits: Limits, started: float, came: Came, reason: str) -> Transport
 
 
 def classify_requests_error(error: requests.RequestException) -> Came:
-    """How far a request got when ``requests`` raised ``error``.
-
-    :param error: What ``requests`` raised.
-    """
+    """How far a request got when ``requests`` raised ``error``."""
     import requests
     import urllib3.exceptions
 
@@ -82,10 +79,7 @@ def classify_requests_error(error: requests.RequestException) -> Came:
 
 
 def describe_requests_error(error: BaseException) -> str:
-    """A short reason without urllib3's nested reprs (which repeat the URL several times).
-
-    :param error: What ``requests`` or urllib3 raised.
-    """
+    """A short reason without urllib3's nested reprs (which repeat the URL several times)."""
     inner: Any = error.args[0] if error.args else error
     reason = getattr(inner, "reason", inner)
     text = str(reason)
@@ -94,10 +88,7 @@ def describe_requests_error(error: BaseException) -> str:
 
 
 class SyncTransport:
-    """Sends attempts with ``requests`` (one session, so connections are reused).
-
-    :param session: The hook's session.
-    """
+    """Sends attempts with ``requests`` (one session, so connections are reused)."""
 
     def __init__(self, session: requests.Session) -> None:
         self.session = session
@@ -160,10 +151,7 @@ class SyncTransport:
 
 
 def classify_aiohttp_error(error: BaseException) -> Came:
-    """How far a request got when ``aiohttp`` raised ``error``.
-
-    :param error: What ``aiohttp`` (or its time-out) raised.
-    """
+    """How far a request got when ``aiohttp`` raised ``error``."""
     import aiohttp
 
     if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
@@ -204,10 +192,7 @@ async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
 
 
 def shared_session(user_agent: str) -> aiohttp.ClientSession:
-    """The running loop's shared session, created on first use and closed when the loop ends.
-
-    :param user_agent: The ``User-Agent`` a new session sends.
-    """
+    """The running loop's shared session, created on first use and closed when the loop ends."""
     loop = asyncio.get_running_loop()
     entry = SHARED_SESSIONS.get(loop)
     if entry is None or entry[0].closed:
@@ -226,10 +211,7 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
 
 
 class AsyncTransport:
-    """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync).
-
-    :param user_agent: The ``User-Agent`` the shared session sends.
-    """
+    """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync)."""
 
     def __init__(self, user_agent: str) -> None:
         self.user_agent = user_agent
