@@ -21,11 +21,7 @@ from airflow_provider_crew.connection_form import (
     UI_FIELD_BEHAVIOUR,
     connection_form_widgets,
 )
-from airflow_provider_crew.exceptions import (
-    CrewAuthenticationError,
-    CrewError,
-    CrewTransportError,
-)
+from airflow_provider_crew.exceptions import CrewAuthenticationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection
 
 if TYPE_CHECKING:
@@ -70,7 +66,7 @@ class CrewHook(BaseHook):
     ) -> None:
         super().__init__()
         self.crew_conn_id = crew_conn_id
-        overrides: dict[str, Any] = {"retry_limit": retry_limit, "retry_delay": retry_delay}
+        overrides = {"retry_limit": retry_limit, "retry_delay": retry_delay}
         self._overrides = {name: value for name, value in overrides.items() if value is not None}
         # Seams for tests: sleeping and the clock the retry policy reads (epoch seconds).
         self._sleep: Callable[[float], None] = time.sleep
@@ -124,11 +120,7 @@ class CrewHook(BaseHook):
     def session(self) -> requests.Session:
         import requests  # here: a DAG file that imports an operator never needs it
 
-        from airflow_provider_crew.hooks.client.request import USER_AGENT
-
-        session = requests.Session()
-        session.headers["User-Agent"] = USER_AGENT
-        return session
+        return requests.Session()
 
     def _send(self, call: Call, *, retry_limit: int | None = None, deadline: float | None = None) -> Response:
         """Send ``call`` under the retry policy.
@@ -151,12 +143,11 @@ class CrewHook(BaseHook):
         deadline: float | None = None,
     ) -> Response:
         """:meth:`_send` on the event loop, with its shared session and connection (``config``)."""
-        from airflow_provider_crew.hooks.client.request import USER_AGENT
         from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
         from airflow_provider_crew.hooks.client.transport import AsyncTransport
 
         policy = RetryPolicy(call, config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
-        return await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+        return await asend_with_retries(AsyncTransport().send, policy)
 
     def _post(
         self,
@@ -229,7 +220,6 @@ class CrewHook(BaseHook):
         """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``): the status record, a
         ``CrewStatus`` (``airflow_provider_crew.status``: ``state``, ``output``, ``progress``, ``raw``...).
 
-        :param kickoff_id: The execution.
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
@@ -311,7 +301,6 @@ class CrewHook(BaseHook):
         has it). Never raises: says what happened (stopped, already finished, not supported by this
         service, unknown).
 
-        :param kickoff_id: The execution.
         :param patience: Seconds it may take, retries included (Airflow kills a task's process 5 s
             after it asks it to stop).
         """
@@ -345,10 +334,8 @@ class CrewHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """For Airflow's Test action: ``GET /`` then ``GET /inputs``; starts nothing.
 
-        Tells bad settings, an unreachable service, a rejected token and OK apart. Airflow runs this
-        under a random connection id, so the messages name the URL and the fields, never the id.
-
-        :return: (success, message for the person who clicked Test).
+        Tells bad settings, an unreachable service, a rejected token and OK apart (docs/connection.md,
+        "The Test action"). Airflow runs this under a random connection id: the messages never name it.
         """
         from airflow_provider_crew.hooks.client.request import get_call
 

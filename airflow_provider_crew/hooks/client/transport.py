@@ -191,7 +191,7 @@ async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
         await session.close()
 
 
-def shared_session(user_agent: str) -> aiohttp.ClientSession:
+def shared_session() -> aiohttp.ClientSession:
     """The running loop's shared session, created on first use and closed when the loop ends."""
     loop = asyncio.get_running_loop()
     entry = SHARED_SESSIONS.get(loop)
@@ -200,7 +200,6 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
 
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
-            headers={"User-Agent": user_agent},
             raise_for_status=False,
         )
         closer = loop.create_task(
@@ -213,14 +212,11 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
 class AsyncTransport:
     """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync)."""
 
-    def __init__(self, user_agent: str) -> None:
-        self.user_agent = user_agent
-
     async def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
         """One attempt of ``call``, following allowed redirects, read whole under ``limits``."""
         import aiohttp
 
-        session = shared_session(self.user_agent)
+        session = shared_session()
         started = time.monotonic()
         url = call.url
         try:

@@ -77,7 +77,7 @@ def server():
 
 async def _send_async(c: Call, limits: Limits) -> Response | TransportFailure:
     try:
-        return await AsyncTransport("test").send(c, limits)
+        return await AsyncTransport().send(c, limits)
     finally:
         await close_shared_sessions()
 
