@@ -148,15 +148,6 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             return None
 
 
-@dataclass(slots=True)
-class Retry:
-    """Send the request again after ``delay`` seconds."""
-
-    delay: float
-    why: str  # what happened, e.g. "answered 429"
-    progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
-
-
 class RetryPolicy:
     """The decisions for one request, attempt by attempt.
 
@@ -200,8 +191,9 @@ class RetryPolicy:
             config.connect_timeout, config.read_timeout, total, config.max_response_bytes, config.verify_tls
         )
 
-    def decide(self, outcome: Response | TransportFailure) -> Retry | Response | CrewError:
-        """After one attempt: retry after a delay, or the answer, or the error to raise."""
+    def decide(self, outcome: Response | TransportFailure) -> float | Response | CrewError:
+        """After one attempt: the seconds to wait before sending it again (logged), or the answer, or
+        the error to raise."""
         self.attempts += 1
         step = self.rule[what_came_back(outcome)]
         if step is Step.READ:
@@ -214,13 +206,17 @@ class RetryPolicy:
         else:
             delay, why = self.backoff(None), f"failed ({outcome.reason})"
         stopped = self._why_not_again(step, delay)
-        if stopped is None and step is Step.AGAIN:
-            self.counted_retries += 1
-            return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}")
         if stopped is None:
-            used, budget = self.clock() - self.started, self.config.retry_budget
-            progress = f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
-            return Retry(delay, why, progress)
+            if step is Step.AGAIN:
+                self.counted_retries += 1
+                progress = f"retry {self.counted_retries} of {self.config.retry_limit}"
+            else:
+                used, budget = self.clock() - self.started, self.config.retry_budget
+                progress = (
+                    f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
+                )
+            log.warning("%s %s; retrying in %.1f s (%s)", self.call.endpoint, why, delay, progress)
+            return delay
         if isinstance(outcome, Response):  # the last answer, with why the retries stopped
             used = self.clock() - self.started
             return replace(
@@ -238,7 +234,7 @@ class RetryPolicy:
         """``retry_delay`` doubling per retry (capped), jittered, never below ``Retry-After``."""
         doublings = min(self.attempts - 1, 32)  # the cap is reached long before; no float overflow
         ceiling = min(MAX_BACKOFF_SECONDS, self.config.retry_delay * 2**doublings)
-        delay = self.jitter(ceiling / 2, ceiling)
+        delay = float(self.jitter(ceiling / 2, ceiling))
         if retry_after is not None:
             delay = max(delay, min(retry_after, MAX_RETRY_AFTER_SECONDS))
         return delay
@@ -263,21 +259,14 @@ class RetryPolicy:
         return None
 
 
-def _logged(policy: RetryPolicy, retry: Retry) -> float:
-    log.warning(
-        "%s %s; retrying in %.1f s (%s)", policy.call.endpoint, retry.why, retry.delay, retry.progress
-    )
-    return retry.delay
-
-
 def send_with_retries(
     send: Callable[[Call, Limits], Response | TransportFailure],
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
-    while isinstance(step := policy.decide(send(policy.call, policy.limits())), Retry):
-        sleep(_logged(policy, step))
+    while isinstance(step := policy.decide(send(policy.call, policy.limits())), float):
+        sleep(step)
     if isinstance(step, CrewError):
         raise step
     return step
@@ -289,8 +278,8 @@ async def asend_with_retries(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Response:
     """:func:`send_with_retries` with an async transport's ``send``."""
-    while isinstance(step := policy.decide(await send(policy.call, policy.limits())), Retry):
-        await sleep(_logged(policy, step))
+    while isinstance(step := policy.decide(await send(policy.call, policy.limits())), float):
+        await sleep(step)
     if isinstance(step, CrewError):
         raise step
     return step

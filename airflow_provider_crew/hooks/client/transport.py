@@ -242,11 +242,8 @@ class AsyncTransport:
                         url = redirect_target(call, url, status, raw.headers.get("Location"), hops)
                         continue
                     length = raw.content_length
-                    if (
-                        length is not None
-                        and length <= limits.max_bytes
-                        and "Content-Encoding" not in raw.headers
-                    ):
+                    plain = "Content-Encoding" not in raw.headers
+                    if plain and length is not None and length <= limits.max_bytes:
                         # The usual answer: plain, its length known and under the cap. One read.
                         return Response(status, raw.headers, await raw.read())
                     body = BodyCap(call, status, raw.headers, limits.max_bytes)
