@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlsplit
 
@@ -130,41 +129,6 @@ class CrewConnectionConfig(BaseModel):
             return template
         example = f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}"
         raise CrewConnectionError(f"{_named('execution_url_template')} {problem}. Write e.g. {example}.")
-
-    @classmethod
-    def from_connection_fields(
-        cls,
-        *,
-        conn_id: str | None,
-        host: str | None,
-        password: str | None,
-        extra: Mapping[str, Any] | None,
-        schema: str | None = None,
-        port: int | None = None,
-    ) -> CrewConnectionConfig:
-        """Build the config from an Airflow connection's fields; errors name the field and the fix.
-
-        The token is the password, else the extra ``token``; an empty extra takes the default.
-
-        :param conn_id: Named at the start of every error; None leaves it out (Airflow's Test action
-            tests under a random id the user never chose).
-        """
-        stripped = {
-            key: value.strip() if isinstance(value, str) else value for key, value in (extra or {}).items()
-        }
-        fields = {key: value for key, value in stripped.items() if value not in (None, "")}
-        try:
-            fields["base_url"] = normalise_base_url(host, port=port, path=schema)
-            if password and password.strip():
-                fields["token"] = password.strip()
-            return cls.model_validate(fields)
-        except ValidationError as invalid:
-            message = _message(invalid.errors()[0])
-        except CrewConnectionError as error:
-            message = str(error)
-        raise CrewConnectionError(
-            message if conn_id is None else f"Connection {conn_id!r}: {message}"
-        ) from None
 
     def execution_url(self, kickoff_id: str) -> str | None:
         """The execution's page in the crew's dashboard, or None when no template is set."""
@@ -318,8 +282,13 @@ def connection_extra(connection: Any) -> dict[str, Any]:
 def config_from_connection(
     connection: Any, conn_id: str, *, name_connection: bool = True
 ) -> CrewConnectionConfig:
-    """Validate ``connection`` into a config; errors name the field and, unless ``name_connection``
-    is off (Airflow's Test action), the connection."""
+    """Validate an Airflow connection into a config, or raise an error that names the field and the fix.
+
+    The token is the password, else the extra ``token``; an empty extra takes the default.
+
+    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test action,
+        which tests under a random id the user never chose.
+    """
     from airflow_provider_crew.exceptions import CrewConfigurationError
 
     if connection.conn_type not in (CONN_TYPE, None, ""):
@@ -327,17 +296,23 @@ def config_from_connection(
             f"Connection {conn_id!r} has type {connection.conn_type!r}; "
             f"the crew provider needs a connection of type {CONN_TYPE!r}."
         )
+    extra = {
+        key: value.strip() if isinstance(value, str) else value
+        for key, value in connection_extra(connection).items()
+    }
+    fields = {key: value for key, value in extra.items() if value not in (None, "")}
     try:
-        return CrewConnectionConfig.from_connection_fields(
-            conn_id=conn_id if name_connection else None,
-            host=connection.host,
-            password=connection.password,
-            extra=connection_extra(connection),
-            schema=connection.schema,
-            port=connection.port,
-        )
+        fields["base_url"] = normalise_base_url(connection.host, port=connection.port, path=connection.schema)
+        if connection.password and connection.password.strip():
+            fields["token"] = connection.password.strip()
+        return CrewConnectionConfig.model_validate(fields)
+    except ValidationError as invalid:
+        message = _message(invalid.errors()[0])
     except CrewConnectionError as error:
-        raise CrewConfigurationError(str(error)) from None
+        message = str(error)
+    raise CrewConfigurationError(
+        f"Connection {conn_id!r}: {message}" if name_connection else message
+    ) from None
 
 
 def unread_extras(connection: Any) -> str | None:
