@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_crew.exceptions import CrewResponseTooLargeError, CrewServerError
+from airflow_provider_crew.exceptions import CrewResponseTooLargeError
 from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING
 
 if TYPE_CHECKING:
@@ -73,19 +73,10 @@ class BodyCap:
         self._size = 0
         encoding = (headers.get("Content-Encoding") or "").strip().lower()
         if encoding not in _DECODED:  # the libraries would pass it on undecoded, or decode brotli
-            if not call.idempotent and not 400 <= status_code < 500:
-                # A kickoff or resume that succeeded, or failed at a gateway, but cannot be read.
-                raise call.outcome_unknown(
-                    f"HTTP {status_code} with Content-Encoding {encoding!r}, unreadable"
-                )
-            raise CrewServerError(
-                call.explain(
-                    f"{call.endpoint} answered {status_code} with Content-Encoding {encoding!r}, which was "
-                    f"not asked for (Accept-Encoding: {ACCEPT_ENCODING})."
-                ),
-                endpoint=call.endpoint,
-                status_code=status_code,
+            asked = (
+                f"Content-Encoding {encoding!r}, which was not asked for (Accept-Encoding: {ACCEPT_ENCODING})"
             )
+            raise call.unreadable(status_code, asked)
         # An honest Content-Length over the cap fails before a byte of the body is read.
         declared = headers.get("Content-Length", "").strip()
         if encoding in ("", "identity") and declared.isdigit() and int(declared) > max_bytes:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from airflow_provider_crew import __version__
 from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.connection_form import StatusPathStyle
-from airflow_provider_crew.exceptions import CrewOutcomeUnknownError
+from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewServerError
 
 USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"
 # The encodings the body reader decodes itself (airflow_provider_crew.hooks.client.limits), so that
@@ -66,6 +66,17 @@ class Call:
         if self.consequence and (acted_on or self.idempotent):
             return f"{message} {self.consequence}"
         return message
+
+    def unreadable(self, status_code: int, what: str) -> CrewError:
+        """The error for an answer that holds ``what``, which cannot be read: for a kickoff or resume
+        the service may have acted on (any answer but a 4xx refusal) the outcome is unknown; for
+        anything else it is the service's error."""
+        said = f"answered {status_code} with {what}"
+        if not self.idempotent and not 400 <= status_code < 500:
+            return self.outcome_unknown(f"it {said}")
+        return CrewServerError(
+            self.explain(f"{self.endpoint} {said}"), endpoint=self.endpoint, status_code=status_code
+        )
 
     def outcome_unknown(self, reason: str) -> CrewOutcomeUnknownError:
         """The error for a POST that may or may not have reached the service; it is never repeated.

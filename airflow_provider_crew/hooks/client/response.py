@@ -134,14 +134,7 @@ def read_answer(call: Call, response: Response, read: Callable[[Any], T]) -> T:
             detail = f"not JSON: {response.text[:200]!r}"
         else:
             detail = str(error)
-        reason = f"answered {response.status_code} with a body that cannot be read: {detail}"
-        if not call.idempotent:
-            raise call.outcome_unknown(f"it {reason}") from None
-        raise CrewServerError(
-            call.explain(f"{call.endpoint} {reason}"),
-            endpoint=call.endpoint,
-            status_code=response.status_code,
-        ) from None
+        raise call.unreadable(response.status_code, f"a body that cannot be read: {detail}") from None
 
 
 def read_status(
