@@ -24,8 +24,8 @@ from airflow_provider_crew.connection_form import StatusPathStyle
 from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewServerError
 
 USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"
-# The encodings the body reader decodes itself (airflow_provider_crew.hooks.client.limits), so that
-# decompression stays under the size cap.
+# The encodings both HTTP libraries inflate a bounded piece at a time, so that the body's cap
+# (.limits) counts what they inflate.
 ACCEPT_ENCODING = "gzip, deflate"
 
 # The hook's logger: log settings made for the hook keep covering what it learns about a service.

@@ -116,14 +116,8 @@ def read_stop_answer(response: Response | CrewError) -> StopResult:
 
 
 def read_answer(call: Call, response: Response, read: Callable[[Any], T]) -> T:
-    """An answer's JSON body, read by ``read``; an error status raises its typed error.
-
-    A body that is not JSON, or that ``read`` refuses (a ``ValueError``), is the service's error for
-    a GET. For a kickoff or resume it is an unknown outcome: the service may have acted, so neither
-    the hook nor Airflow may send the request again.
-
-    :param read: Reads the JSON body into what the contract says, e.g. a model's ``model_validate``.
-    """
+    """An answer's JSON body, read by ``read`` (a ``ValueError`` when it is not what the contract
+    says); an error status raises its typed error, a body that cannot be read :meth:`Call.unreadable`'s."""
     raise_for_response(call, response)
     try:
         return read(response.json())
