@@ -149,11 +149,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 
 class RetryPolicy:
-    """The decisions for one request, attempt by attempt.
+    """The decisions for one request (``call``) under the connection's settings, attempt by attempt.
 
-    :param call: The request.
-    :param config: The connection's settings (``retry_limit``, ``retry_delay``, ``retry_budget``,
-        time-outs and ``max_response_bytes``).
     :param deadline: Epoch seconds the caller must not be kept past (a wait's deadline), or None.
     :param max_retries: A hard cap on retries of any kind (0: one try only), or None.
     :param clock: Epoch seconds now (tests pass a fake one).
