@@ -1,13 +1,8 @@
 """The contract's requests as :class:`Call` s: URL, headers, and what a failure means for the caller.
 
-Every call carries the bearer token, asks for JSON in the encodings :mod:`.limits` decodes, and says
+Every call carries the bearer token, asks for JSON in the encodings :mod:`.limits` counts, and says
 which provider sent it. A kickoff or resume also says what may have happened when its outcome is
-unknown, so that no layer below re-derives it.
-
-The status has two paths (:data:`STATUS_PATHS`; docs/connection.md, "Status path style"): a
-connection names one, or ``auto``: ask the contract's, then the deployed one after a 404, and
-remember per base URL the one that answered (:data:`LEARNED_STATUS_PATHS`; :func:`~.response.read_status`
-asks them).
+unknown, so that no layer below re-derives it. The status has two paths (:data:`STATUS_PATHS`).
 """
 
 from __future__ import annotations
@@ -139,7 +134,8 @@ def stop_call(config: CrewConnectionConfig, kickoff_id: str) -> Call:
 
 # -- the status, at one of two paths ------------------------------------------------------------------
 
-#: Each style's path, in the order ``auto`` asks them.
+#: Each style's path, in the order ``auto`` asks them (docs/connection.md, "Status path style"):
+#: the contract's, then, after a 404, the one deployed crews answer.
 STATUS_PATHS = {
     StatusPathStyle.CONTRACT: "/{kickoff_id}/status",
     StatusPathStyle.DEPLOYED: "/status/{kickoff_id}",
