@@ -1,17 +1,15 @@
 """A ``crew`` connection's settings: one pydantic model, :class:`CrewConnectionConfig`, every request's.
 
-The extras' labels, defaults, bounds and choices are the form's
-(:data:`airflow_provider_crew.connection_form.CONN_FIELDS`): the model takes them from there, reads
-a connection against them and fails with a message that names the field and the fix. The form stays
-plain data, not generated from the model: Airflow reads the provider metadata in every process, DAG
-files included, and this module loads only where a connection is read. It imports nothing of Airflow.
+The extras' labels, defaults, bounds and choices are the form's table
+(:data:`~airflow_provider_crew.connection_form.CONN_FIELDS`); errors name the field and the fix.
+Nothing of Airflow is imported here at module level: the provider metadata reads the form in every
+process, DAG files included, and this module loads only where a connection is read.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlsplit
 
@@ -132,42 +130,6 @@ class CrewConnectionConfig(BaseModel):
         example = f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}"
         raise CrewConnectionError(f"{_named('execution_url_template')} {problem}. Write e.g. {example}.")
 
-    @classmethod
-    def from_connection_fields(
-        cls,
-        *,
-        conn_id: str | None,
-        host: str | None,
-        password: str | None,
-        extra: Mapping[str, Any] | None,
-        schema: str | None = None,
-        port: int | None = None,
-    ) -> CrewConnectionConfig:
-        """Build the config from an Airflow connection's fields; errors name the field and the fix.
-
-        The token is the password, else the extra ``token``; an empty extra takes the default.
-        ``schema`` is a path appended to the base URL (``host``, see :func:`normalise_base_url`).
-
-        :param conn_id: Named at the start of every error ("Connection 'crew_default': ..."). None
-            leaves it out: Airflow's Test action tests under a random id the user never chose.
-        """
-        stripped = {
-            key: value.strip() if isinstance(value, str) else value for key, value in (extra or {}).items()
-        }
-        fields = {key: value for key, value in stripped.items() if value is not None and value != ""}
-        try:
-            fields["base_url"] = normalise_base_url(host, port=port, path=schema)
-            if password and password.strip():
-                fields["token"] = password.strip()
-            return cls.model_validate(fields)
-        except ValidationError as invalid:
-            message = _message(invalid.errors()[0])
-        except CrewConnectionError as error:
-            message = str(error)
-        raise CrewConnectionError(
-            message if conn_id is None else f"Connection {conn_id!r}: {message}"
-        ) from None
-
     def execution_url(self, kickoff_id: str) -> str | None:
         """The execution's page in the crew's dashboard, or None when no template is set."""
         if not self.execution_url_template:
@@ -182,28 +144,27 @@ def _message(error: ErrorDetails) -> str:
         return str(error["ctx"]["error"])
     if name == "token":
         return (
-            f"'{TOKEN_LABEL}' (the connection's password) is empty. Put the token from the crew's status "
-            "tab in it."
+            f"'{TOKEN_LABEL}' (the connection's password) is empty. "
+            "Put the token from the crew's status tab in it."
         )
     schema = CONN_FIELDS[name]["schema"]
     if kind == "enum":
         expected = "one of " + ", ".join(repr(choice) for choice in schema["enum"])
-    elif kind.startswith("bool"):
-        # pydantic's booleans, like Airflow's own settings, also read yes/no, on/off and 1/0.
-        expected = "true or false (yes/no, on/off and 1/0 are read too)"
     elif kind == "greater_than_equal":
         expected = f"{schema['minimum']} or more"
+    elif "boolean" in schema["type"]:
+        # pydantic's booleans, like Airflow's own settings, also read yes/no, on/off and 1/0.
+        expected = "true or false (yes/no, on/off and 1/0 are read too)"
     elif "integer" in schema["type"]:
         expected = "a whole number"
     elif kind == "finite_number":  # nan, inf, or a number too large for a float such as 1e309
         expected = "a finite number of seconds"
-    elif kind.startswith("float"):
-        expected = "a number of seconds"
     else:
-        return f"{_named(name)} is {error['input']!r}: {error['msg']}."
+        expected = "a number of seconds"
+    default = json.dumps(schema["default"])
     return (
-        f"{_named(name)} must be {expected}, got {error['input']!r}. Leave it empty for the default, "
-        f"{json.dumps(schema['default'])}."
+        f"{_named(name)} must be {expected}, got {error['input']!r}. "
+        f"Leave it empty for the default, {default}."
     )
 
 
@@ -282,11 +243,8 @@ def normalise_base_url(
 
 
 def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
-    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker.
-
-    :param raw: ``connection.extra``.
-    :param invalid: The error message when it is not a JSON object.
-    """
+    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker;
+    ``invalid`` is the error's message when it is not a JSON object."""
     from airflow_provider_crew.exceptions import CrewConfigurationError
 
     if not raw:
@@ -313,11 +271,10 @@ def connection_extra(connection: Any) -> dict[str, Any]:
         invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
         "empty for the defaults.",
     )
-    secrets = [extra[key] for key in ("token", _PREFIX + "token") if isinstance(extra.get(key), str)]
-    if any(secrets):
-        from airflow.providers.common.compat.sdk import mask_secret
+    for secret in (extra.get("token"), extra.get(_PREFIX + "token")):
+        if secret and isinstance(secret, str):
+            from airflow.providers.common.compat.sdk import mask_secret
 
-        for secret in filter(None, secrets):
             mask_secret(secret)
     return extra
 
@@ -325,10 +282,12 @@ def connection_extra(connection: Any) -> dict[str, Any]:
 def config_from_connection(
     connection: Any, conn_id: str, *, name_connection: bool = True
 ) -> CrewConnectionConfig:
-    """Validate ``connection`` into a config; errors name the field and, by default, the connection.
+    """Validate an Airflow connection into a config, or raise an error that names the field and the fix.
 
-    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test
-        action, which tests under a random id the user never chose.
+    The token is the password, else the extra ``token``; an empty extra takes the default.
+
+    :param name_connection: Start errors with "Connection '<id>': ". Off for Airflow's Test action,
+        which tests under a random id the user never chose.
     """
     from airflow_provider_crew.exceptions import CrewConfigurationError
 
@@ -337,17 +296,23 @@ def config_from_connection(
             f"Connection {conn_id!r} has type {connection.conn_type!r}; "
             f"the crew provider needs a connection of type {CONN_TYPE!r}."
         )
+    extra = {
+        key: value.strip() if isinstance(value, str) else value
+        for key, value in connection_extra(connection).items()
+    }
+    fields = {key: value for key, value in extra.items() if value not in (None, "")}
     try:
-        return CrewConnectionConfig.from_connection_fields(
-            conn_id=conn_id if name_connection else None,
-            host=connection.host,
-            password=connection.password,
-            extra=connection_extra(connection),
-            schema=connection.schema,
-            port=connection.port,
-        )
+        fields["base_url"] = normalise_base_url(connection.host, port=connection.port, path=connection.schema)
+        if connection.password and connection.password.strip():
+            fields["token"] = connection.password.strip()
+        return CrewConnectionConfig.model_validate(fields)
+    except ValidationError as invalid:
+        message = _message(invalid.errors()[0])
     except CrewConnectionError as error:
-        raise CrewConfigurationError(str(error)) from None
+        message = str(error)
+    raise CrewConfigurationError(
+        f"Connection {conn_id!r}: {message}" if name_connection else message
+    ) from None
 
 
 def unread_extras(connection: Any) -> str | None:

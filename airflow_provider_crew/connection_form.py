@@ -1,7 +1,7 @@
 """The Airflow UI's form for the provider's connection types: their fields, labels, defaults and choices.
 
-Nothing here imports Airflow: the provider metadata (``get_provider_info``) reads these, and so does
-:mod:`airflow_provider_crew.connection`, which validates a ``crew`` connection against them.
+Nothing here imports Airflow: the provider metadata reads it, and :mod:`~airflow_provider_crew.connection`
+validates a ``crew`` connection against it.
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ TOKEN_LABEL = "Bearer token"
 
 
 # One definition of the extra fields: the provider metadata ("conn-fields"), the legacy form
-# widgets and the connection model (connection.py: types, defaults, minimums, messages) all read it.
-#
-# No key may contain a word Airflow treats as secret ("token", "password", "secret", "proxy",
-# "bearer", "dsn" and the others of [core] sensitive_var_conn_names): Airflow would show the value
-# as "***" in the REST API and the form, and the form could not show it when a connection is
-# reopened (tests/test_provider_info.py checks this against Airflow's own masker).
+# widgets and the connection model (types, defaults, minimums, messages) all read it. No key may
+# contain a word Airflow treats as secret ("token", "password", "secret", "proxy", "bearer", "dsn"
+# and the others of [core] sensitive_var_conn_names): Airflow would show the value as "***" in the
+# REST API and the form, and the form could not show it when a connection is reopened
+# (tests/test_provider_info.py checks this against Airflow's own masker).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "credential_kind": {
         "label": "Credential kind",
@@ -158,8 +157,6 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 
 def connection_form_widgets() -> dict[str, Any]:
     """The connection form's extra fields for Airflow < 3.2 (3.2+ reads ``conn-fields`` from provider info).
-
-    Imports the form libraries when called: this module itself imports nothing of Airflow's web stack.
 
     Airflow 3.0 and 3.1 call this with stand-ins for wtforms and flask-appbuilder when those are
     not installed; the stand-ins take only label, validators, description, default and widget,

@@ -5,23 +5,21 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError
+from airflow_provider_crew.connection import config_from_connection
 from airflow_provider_crew.connection_form import CONN_FIELDS, StatusPathStyle, TokenKind
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
 
 
-def config(**fields):
-    base = {
-        "conn_id": "crew_default",
-        "host": "https://crew.example.test",
-        "password": "s3cret-tok",
-        "extra": {},
-    }
-    return CrewConnectionConfig.from_connection_fields(**(base | fields))
+def config(conn_id: str | None = "crew_default", **fields):
+    """A ``crew`` connection with ``fields`` read as the hook reads it; errors name ``conn_id`` (None: none)."""
+    base = {"conn_type": "crew", "host": "https://crew.example.test", "password": "s3cret-tok", "extra": {}}
+    connection = SimpleNamespace(**({"schema": None, "port": None} | base | fields), conn_id=conn_id)
+    return config_from_connection(connection, str(conn_id), name_connection=conn_id is not None)
 
 
 def test_defaults():
@@ -114,7 +112,7 @@ def test_https_everywhere_http_only_on_this_machine(host):
     ],
 )
 def test_http_to_another_machine_is_refused_with_the_rule(host):
-    with pytest.raises(CrewConnectionError) as caught:
+    with pytest.raises(CrewConfigurationError) as caught:
         config(host=host)
     message = str(caught.value)
     assert f"'Crew base URL' {host!r} uses http://. Write https://{host.split('://')[1]}: " in message
@@ -179,7 +177,7 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
     ],
 )
 def test_bad_configuration_names_the_field(fields, expected):
-    with pytest.raises(CrewConnectionError) as caught:
+    with pytest.raises(CrewConfigurationError) as caught:
         config(**fields)
     assert str(caught.value).startswith("Connection 'crew_default': ")
     assert expected in str(caught.value)
@@ -189,7 +187,7 @@ def test_bad_configuration_names_the_field(fields, expected):
 @pytest.mark.parametrize("name", ["connect_timeout", "read_timeout", "retry_delay", "retry_budget"])
 def test_a_number_of_seconds_that_is_not_finite_is_named_as_such(name, raw):
     """1e309 reads as infinity: it was reported as "negative". The message says what is wrong."""
-    with pytest.raises(CrewConnectionError) as caught:
+    with pytest.raises(CrewConfigurationError) as caught:
         config(extra={name: raw})
     label = CONN_FIELDS[name]["label"]
     assert f"'{label}' (extra '{name}') must be a finite number of seconds, got {raw!r}." in str(caught.value)
@@ -198,7 +196,7 @@ def test_a_number_of_seconds_that_is_not_finite_is_named_as_such(name, raw):
 
 @pytest.mark.parametrize("raw", ["1e309", float("inf")])
 def test_a_whole_number_that_is_not_finite_is_named_as_such(raw):
-    with pytest.raises(CrewConnectionError, match=r"\(extra 'retry_limit'\) must be a whole number, got "):
+    with pytest.raises(CrewConfigurationError, match=r"\(extra 'retry_limit'\) must be a whole number, got "):
         config(extra={"retry_limit": raw})
 
 
@@ -234,7 +232,7 @@ def test_a_boolean_extra_reads_the_spellings_its_error_names(raw, expected):
 def test_a_token_or_address_that_would_leak_fails_without_showing_the_secret(fields, expected, secret):
     """A token an HTTP header cannot carry failed every request late, in errors quoting the header; a
     login in the address appeared in every log line naming it."""
-    with pytest.raises(CrewConnectionError, match=expected) as caught:
+    with pytest.raises(CrewConfigurationError, match=expected) as caught:
         config(**fields)
     assert secret not in str(caught.value)
 
@@ -248,7 +246,7 @@ def test_a_token_or_address_that_would_leak_fails_without_showing_the_secret(fie
     ],
 )
 def test_an_address_requests_could_not_be_appended_to_is_refused(host, expected):
-    with pytest.raises(CrewConnectionError, match=expected):
+    with pytest.raises(CrewConfigurationError, match=expected):
         config(host=host)
 
 
@@ -258,7 +256,7 @@ def test_a_blank_password_leaves_the_token_extra_in_place():
 
 def test_without_a_connection_id_errors_name_only_the_field():
     """Airflow's Test action tests under a random id: its messages leave the id out."""
-    with pytest.raises(CrewConnectionError) as caught:
+    with pytest.raises(CrewConfigurationError) as caught:
         config(conn_id=None, host="crew.example.test")
     assert str(caught.value) == (
         "'Crew base URL' 'crew.example.test' has no scheme. Write the full address, e.g. https://crew.example.test."

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import SimpleNamespace
 
 import airflow
 import jsonschema
@@ -74,11 +75,12 @@ def test_package_name_matches_the_distribution_and_the_entry_point_is_registered
 
 
 def test_conn_fields_defaults_are_the_ones_the_parser_uses():
-    from airflow_provider_crew.connection import CrewConnectionConfig
+    from airflow_provider_crew.connection import config_from_connection
 
-    parsed = CrewConnectionConfig.from_connection_fields(
-        conn_id="c", host="https://x.test", password="t", extra={}
+    connection = SimpleNamespace(
+        conn_id="c", conn_type="crew", host="https://x.test", port=None, schema=None, password="t", extra={}
     )
+    parsed = config_from_connection(connection, "c")
     for name, spec in CONN_FIELDS.items():
         value = getattr(parsed, name)
         assert getattr(value, "value", value) == spec["schema"]["default"], name

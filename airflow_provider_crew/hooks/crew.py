@@ -1,16 +1,10 @@
 """CrewHook: every request to a crew service, sync for tasks and async for triggers.
 
-The hook reads the ``crew`` connection from Airflow (validated by :mod:`airflow_provider_crew.connection`)
-and sends the contract's calls through the client under it (:mod:`.client`): the request is built
-(:mod:`.client.request`), sent under the retry policy (:mod:`.client.retry`, :mod:`.client.transport`)
-and read into the contract's models or a typed error (:mod:`.client.response`).
-
-A triggerer may hold thousands of waits in one event loop. Their async reads share, per loop, the
-connection looked up for a connection id (:mod:`.loop_connection`), the status requests' headers and
-one aiohttp session.
-
-The client, the contract's models and the connection's validation are imported where a request is
-made, not with this module: a DAG file imports the hook with the operators and never sends one.
+The hook reads the ``crew`` connection (:mod:`airflow_provider_crew.connection`) and sends the
+contract's calls through :mod:`.client`. A triggerer may hold thousands of waits in one event loop:
+their async reads share, per loop, the connection (:mod:`.loop_connection`) and one aiohttp session.
+The client, the models and the connection's validation are imported where a request is made: a DAG
+file imports the hook with the operators and never sends one.
 """
 
 from __future__ import annotations
@@ -27,11 +21,7 @@ from airflow_provider_crew.connection_form import (
     UI_FIELD_BEHAVIOUR,
     connection_form_widgets,
 )
-from airflow_provider_crew.exceptions import (
-    CrewAuthenticationError,
-    CrewError,
-    CrewTransportError,
-)
+from airflow_provider_crew.exceptions import CrewAuthenticationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection
 
 if TYPE_CHECKING:
@@ -76,7 +66,7 @@ class CrewHook(BaseHook):
     ) -> None:
         super().__init__()
         self.crew_conn_id = crew_conn_id
-        overrides: dict[str, Any] = {"retry_limit": retry_limit, "retry_delay": retry_delay}
+        overrides = {"retry_limit": retry_limit, "retry_delay": retry_delay}
         self._overrides = {name: value for name, value in overrides.items() if value is not None}
         # Seams for tests: sleeping and the clock the retry policy reads (epoch seconds).
         self._sleep: Callable[[float], None] = time.sleep
@@ -97,16 +87,21 @@ class CrewHook(BaseHook):
     @cached_property
     def config(self) -> CrewConnectionConfig:
         """The validated connection settings (looked up once per hook)."""
+        config, unread = self._read_connection()
+        if unread:
+            self.log.warning("Connection %r: %s", self.crew_conn_id, unread)
+        return config
+
+    def _read_connection(self, *, name_connection: bool = True) -> tuple[CrewConnectionConfig, str | None]:
+        """The connection's settings, and what it holds that the provider does not read."""
         from airflow_provider_crew.connection import config_from_connection, missing_connection, unread_extras
 
         try:
             connection = self.get_connection(self.crew_conn_id)
         except AirflowNotFoundException:
             raise missing_connection(self.crew_conn_id) from None
-        config = config_from_connection(connection, self.crew_conn_id)
-        if unread := unread_extras(connection):
-            self.log.warning("Connection %r: %s", self.crew_conn_id, unread)
-        return self._with_overrides(config)
+        config = config_from_connection(connection, self.crew_conn_id, name_connection=name_connection)
+        return self._with_overrides(config), unread_extras(connection)
 
     async def aget_config(self) -> CrewConnectionConfig:
         """The same settings, looked up without blocking the event loop (shared by the loop's waits)."""
@@ -125,16 +120,11 @@ class CrewHook(BaseHook):
     def session(self) -> requests.Session:
         import requests  # here: a DAG file that imports an operator never needs it
 
-        from airflow_provider_crew.hooks.client.request import USER_AGENT
-
-        session = requests.Session()
-        session.headers["User-Agent"] = USER_AGENT
-        return session
+        return requests.Session()
 
     def _send(self, call: Call, *, retry_limit: int | None = None, deadline: float | None = None) -> Response:
         """Send ``call`` under the retry policy.
 
-        :param call: The request.
         :param retry_limit: At most this many retries of any kind (0: one try), on top of the policy.
         :param deadline: Epoch seconds; no attempt or retry is made to run past it.
         """
@@ -152,14 +142,12 @@ class CrewHook(BaseHook):
         retry_limit: int | None = None,
         deadline: float | None = None,
     ) -> Response:
-        """:meth:`_send` on the event loop: the loop's shared session, and ``config`` as the loop shares
-        the connection's settings."""
-        from airflow_provider_crew.hooks.client.request import USER_AGENT
+        """:meth:`_send` on the event loop, with its shared session and connection (``config``)."""
         from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
         from airflow_provider_crew.hooks.client.transport import AsyncTransport
 
         policy = RetryPolicy(call, config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
-        return await asend_with_retries(AsyncTransport(USER_AGENT).send, policy)
+        return await asend_with_retries(AsyncTransport().send, policy)
 
     def _post(
         self,
@@ -174,22 +162,22 @@ class CrewHook(BaseHook):
         """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
         and read the answer as ``answer``."""
         from airflow_provider_crew.hooks.client.request import post_call
-        from airflow_provider_crew.hooks.client.response import build_request_model, read_post_answer
+        from airflow_provider_crew.hooks.client.response import build_request_model, read_answer
 
         body = build_request_model(request, **fields).to_wire()
         call = post_call(self.config, path, body, if_unknown=if_unknown)
-        return read_post_answer(call, self._send(call, deadline=deadline), answer)
+        return read_answer(call, self._send(call, deadline=deadline), answer.model_validate)
 
     # -- the contract ----------------------------------------------------------------------------
 
     def get_inputs(self) -> list[str]:
         """``GET /inputs``: the names of the inputs the crew expects."""
         from airflow_provider_crew.hooks.client.request import get_call
-        from airflow_provider_crew.hooks.client.response import read_get_answer
+        from airflow_provider_crew.hooks.client.response import read_answer
         from airflow_provider_crew.models import parse_inputs_response
 
         call = get_call(self.config, "/inputs")
-        return read_get_answer(call, self._send(call), parse_inputs_response)
+        return read_answer(call, self._send(call), parse_inputs_response)
 
     def kickoff(
         self,
@@ -205,15 +193,9 @@ class CrewHook(BaseHook):
         """``POST /kickoff``: start an execution and return its ``kickoff_id``.
 
         Never repeated when the service may have received it (see
-        :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError`).
+        :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError`). The body's fields are
+        ``CrewKickoffOperator``'s parameters of the same names (docs/api.md).
 
-        :param inputs: The crew's inputs, by name.
-        :param meta: Free-form metadata the service passes to the crew and echoes in every webhook.
-        :param task_webhook_url: URL the service calls after each crew task.
-        :param step_webhook_url: URL the service calls after each agent step.
-        :param crew_webhook_url: URL the service calls when the execution completes.
-        :param human_input_webhook: Where the service announces a pause for human input, and how it
-            authenticates there.
         :param deadline: Epoch seconds the call must end by; a request cut short by it counts as one
             whose outcome is unknown (not repeated).
         """
@@ -238,7 +220,6 @@ class CrewHook(BaseHook):
         """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``): the status record, a
         ``CrewStatus`` (``airflow_provider_crew.status``: ``state``, ``output``, ``progress``, ``raw``...).
 
-        :param kickoff_id: The execution.
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
@@ -294,17 +275,9 @@ class CrewHook(BaseHook):
     ) -> ResumeResult:
         """``POST /resume``: send human feedback to an execution paused in Pending Human Input.
 
-        Webhook addresses are not carried over from kickoff by the service (docs/contract.md):
-        pass them again to keep receiving notifications.
-
-        :param execution_id: The paused execution's ``kickoff_id``.
-        :param task_id: The task waiting for feedback.
-        :param human_feedback: The feedback text; required, non-blank, when ``is_approve`` is False.
-        :param is_approve: ``True`` to approve and continue; ``False`` to have the task redone with
-            the feedback.
-        :param task_webhook_url: URL the service calls after each crew task.
-        :param step_webhook_url: URL the service calls after each agent step.
-        :param crew_webhook_url: URL the service calls when the execution completes.
+        The body's fields are ``CrewResumeOperator``'s parameters of the same names (docs/api.md;
+        ``execution_id`` is the paused execution's ``kickoff_id``). The service does not carry webhook
+        addresses over from the kickoff (docs/contract.md): pass them again to keep receiving them.
         """
         from airflow_provider_crew.models import ResumeRequest, ResumeResult
 
@@ -328,7 +301,6 @@ class CrewHook(BaseHook):
         has it). Never raises: says what happened (stopped, already finished, not supported by this
         service, unknown).
 
-        :param kickoff_id: The execution.
         :param patience: Seconds it may take, retries included (Airflow kills a task's process 5 s
             after it asks it to stop).
         """
@@ -336,8 +308,9 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import read_stop_answer
 
         try:
-            call = stop_call(self.config, kickoff_id)
-            answer: Response | CrewError = self._send(call, retry_limit=1, deadline=time.time() + patience)
+            answer: Response | CrewError = self._send(
+                stop_call(self.config, kickoff_id), retry_limit=1, deadline=time.time() + patience
+            )
         except CrewError as error:
             answer = error
         return read_stop_answer(answer)
@@ -348,9 +321,9 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import read_stop_answer
 
         try:
-            call = stop_call(config := await self.aget_config(), kickoff_id)
+            config = await self.aget_config()
             answer: Response | CrewError = await self._asend(
-                call, config, retry_limit=1, deadline=time.time() + patience
+                stop_call(config, kickoff_id), config, retry_limit=1, deadline=time.time() + patience
             )
         except CrewError as error:
             answer = error
@@ -361,23 +334,17 @@ class CrewHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """For Airflow's Test action: ``GET /`` then ``GET /inputs``; starts nothing.
 
-        Tells bad settings, an unreachable service, a rejected token and OK apart. Airflow runs this
-        under a random connection id, so the messages name the URL and the fields, never the id.
-
-        :return: (success, message for the person who clicked Test).
+        Tells bad settings, an unreachable service, a rejected token and OK apart (docs/connection.md,
+        "The Test action"). Airflow runs this under a random connection id: the messages never name it.
         """
-        from airflow_provider_crew.connection import config_from_connection, missing_connection, unread_extras
         from airflow_provider_crew.hooks.client.request import get_call
 
         try:
-            connection = self.get_connection(self.crew_conn_id)
-            config = config_from_connection(connection, self.crew_conn_id, name_connection=False)
-        except AirflowNotFoundException:
-            return False, str(missing_connection(self.crew_conn_id))
+            config, unread = self._read_connection(name_connection=False)
         except CrewError as error:
             return False, str(error)
         # The calls below read self.config: give it the config just validated, not a second lookup.
-        self.__dict__["config"] = self._with_overrides(config)
+        self.__dict__["config"] = config
         try:
             # One try: the action should answer quickly, and an outage is what it is there to show.
             self._send(get_call(config, "/"), retry_limit=0)
@@ -392,7 +359,6 @@ class CrewHook(BaseHook):
             )
         except CrewError as error:
             return False, f"The crew at {config.base_url} answered GET / but GET /inputs failed: {error}"
-        unread = unread_extras(connection)
         return True, (
             f"OK: the crew at {config.base_url} expects inputs {inputs} "
             f"({config.credential_kind.value} token).{' ' + unread if unread else ''}"

@@ -16,12 +16,13 @@ import json
 import re
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_VERSION
-from airflow_provider_crew.connection import CrewConnectionConfig
+from airflow_provider_crew.connection import config_from_connection
 from airflow_provider_crew.connection_form import CONN_FIELDS
 from tests.e2e.airflow_stack import AirflowStack, wait_for
 
@@ -232,9 +233,16 @@ def test_add_a_crew_connection_with_every_field_save_and_reopen(airflow_ui, step
     assert set(extra) == set(SAMPLE_VALUES)
     # 3.2+ stores numbers as numbers; 3.1's form (the hook's wtforms fields) stores them as text. The
     # provider reads both: compare what it reads.
-    parsed = CrewConnectionConfig.from_connection_fields(
-        conn_id="crew_from_form", host=stored["host"], port=stored["port"], password="x", extra=extra
+    read = SimpleNamespace(
+        conn_id="crew_from_form",
+        conn_type="crew",
+        host=stored["host"],
+        port=stored["port"],
+        schema=None,
+        password="x",
+        extra=extra,
     )
+    parsed = config_from_connection(read, "crew_from_form")
     assert {
         name: getattr(getattr(parsed, name), "value", getattr(parsed, name)) for name in SAMPLE_VALUES
     } == SAMPLE_VALUES

@@ -147,7 +147,7 @@ def test_get_inputs_normalises_every_observed_shape(hook, requests_mock, body):
 
 def test_get_inputs_rejects_an_unknown_shape(hook, requests_mock):
     requests_mock.get(f"{BASE_URL}/inputs", json={"inputs": [42]})
-    with pytest.raises(CrewServerError, match="GET /inputs answered with an unexpected body"):
+    with pytest.raises(CrewServerError, match="GET /inputs answered 200 with a body that cannot be read"):
         hook.get_inputs()
 
 

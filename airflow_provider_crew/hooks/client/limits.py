@@ -1,15 +1,10 @@
-"""What one attempt of a request may cost: time, and the body's size after decompression.
+"""What one attempt of a request may cost: a total time, and the body's size after decompression.
 
-Both transports hold an answer to the same :class:`Limits`, so a broken or hostile service costs
-one request, never the process that reads it (a triggerer reads the waits of every DAG):
-
-- a total time bound per attempt (``connect_timeout + read_timeout``, cut short by the caller's
-  deadline), checked between reads, so a body that trickles in byte by byte still ends;
-- a cap on the body counted after decompression (``max_response_bytes``), by :class:`BodyCap`.
-  The HTTP libraries decode gzip and deflate themselves in bounded pieces: urllib3 2.7 and aiohttp
-  3.13.3 cap what one read may inflate (the fixes for CVE-2025-66471, CVE-2026-44432 and
-  CVE-2025-69223; pyproject.toml asks for them), so a small body that inflates to gigabytes (a gzip
-  bomb) costs at most the cap plus one piece.
+Both transports hold an answer to the same :class:`Limits`, so a hostile service costs one request,
+never the triggerer that reads every DAG's waits (docs/reliability.md, "Hostile or broken
+services"). The HTTP libraries inflate gzip and deflate a bounded piece per read (urllib3 2.7 and
+aiohttp 3.13.3, the fixes for CVE-2025-66471, CVE-2026-44432 and CVE-2025-69223); :class:`BodyCap`
+counts the inflated bytes, so a gzip bomb costs at most the cap plus one piece.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_crew.exceptions import CrewResponseTooLargeError, CrewServerError
+from airflow_provider_crew.exceptions import CrewResponseTooLargeError
 from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING
 
 if TYPE_CHECKING:
@@ -45,10 +40,7 @@ class Limits:
 
 
 def describe_size(size: int) -> str:
-    """``33554432`` -> ``"32 MiB"``; exact bytes when not a round number of KiB/MiB.
-
-    :param size: A size in bytes.
-    """
+    """``33554432`` -> ``"32 MiB"``; exact bytes when not a round number of KiB/MiB."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
@@ -56,11 +48,7 @@ def describe_size(size: int) -> str:
 
 
 def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
-    """The error for an answer whose body is over the cap.
-
-    :param call: The request the body answers.
-    :param limit: The cap, in bytes after decompression.
-    """
+    """The error for an answer whose body is over the cap."""
     return CrewResponseTooLargeError(
         call.explain(
             f"{call.endpoint} answered with a body over {describe_size(limit)} (counted after "
@@ -74,13 +62,7 @@ def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
 
 
 class BodyCap:
-    """Collects one answer's body as the HTTP library decoded it, and stops at the cap.
-
-    :param call: The request the body answers (for error messages).
-    :param status_code: The answer's status code.
-    :param headers: The answer's headers (``Content-Encoding``, ``Content-Length``).
-    :param max_bytes: The cap, in bytes after decompression.
-    """
+    """Collects one answer's body as the HTTP library decoded it, and stops at the cap."""
 
     __slots__ = ("_call", "_max_bytes", "_parts", "_size")
 
@@ -91,19 +73,10 @@ class BodyCap:
         self._size = 0
         encoding = (headers.get("Content-Encoding") or "").strip().lower()
         if encoding not in _DECODED:  # the libraries would pass it on undecoded, or decode brotli
-            if not call.idempotent and not 400 <= status_code < 500:
-                # A kickoff or resume that succeeded, or failed at a gateway, but cannot be read.
-                raise call.outcome_unknown(
-                    f"HTTP {status_code} with Content-Encoding {encoding!r}, unreadable"
-                )
-            raise CrewServerError(
-                call.explain(
-                    f"{call.endpoint} answered {status_code} with Content-Encoding {encoding!r}, which was "
-                    f"not asked for (Accept-Encoding: {ACCEPT_ENCODING})."
-                ),
-                endpoint=call.endpoint,
-                status_code=status_code,
+            asked = (
+                f"Content-Encoding {encoding!r}, which was not asked for (Accept-Encoding: {ACCEPT_ENCODING})"
             )
+            raise call.unreadable(status_code, asked)
         # An honest Content-Length over the cap fails before a byte of the body is read.
         declared = headers.get("Content-Length", "").strip()
         if encoding in ("", "identity") and declared.isdigit() and int(declared) > max_bytes:

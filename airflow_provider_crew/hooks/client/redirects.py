@@ -1,13 +1,12 @@
-"""Which redirects are followed: only a GET's, only to the same scheme, host and port.
-
-So the bearer token never reaches another host, and a kickoff or resume is never sent to a second place.
-"""
+"""Which redirects are followed: only a GET's, only to the same scheme, host and port (the error
+says why; docs/reliability.md, "Hostile or broken services")."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from airflow_provider_crew.connection import DEFAULT_PORTS
 from airflow_provider_crew.exceptions import CrewRedirectError
 
 if TYPE_CHECKING:
@@ -20,33 +19,22 @@ MAX_REDIRECTS = 5
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(scheme)
 
 
 def redirect_target(call: Call, current_url: str, status_code: int, location: str | None, hops: int) -> str:
-    """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it.
-
-    The rule: only a GET, only to the same scheme, host and port, at most MAX_REDIRECTS times.
-
-    :param call: The request that was redirected.
-    :param current_url: The URL that answered with the redirect.
-    :param status_code: The redirect's status code.
-    :param location: Its ``Location`` header, if any.
-    :param hops: How many redirects were followed before this one.
-    """
+    """The URL to follow a redirect to, or :class:`CrewRedirectError` when the rule forbids it."""
     target = urljoin(current_url, location) if location else None
-    scheme, host, port = _origin(target or current_url)
-    where = f"{scheme}://{host}:{port}"
-    if target is not None and call.idempotent and _origin(target) == _origin(current_url):
-        if hops < MAX_REDIRECTS:
-            return target
-        problem = f"more than {MAX_REDIRECTS} redirects"
-    elif target is None:
+    if target is None:
         problem = "a redirect without a Location"
     elif _origin(target) != _origin(current_url):
-        problem = f"a redirect to another origin ({where})"
-    else:
+        problem = "a redirect to another origin ({}://{}:{})".format(*_origin(target))
+    elif not call.idempotent:
         problem = f"a redirect of a {call.method}"
+    elif hops >= MAX_REDIRECTS:
+        problem = f"more than {MAX_REDIRECTS} redirects"
+    else:
+        return target
     raise CrewRedirectError(
         call.explain(
             f"{call.endpoint} answered {status_code}, {problem}, which the provider does not follow: "

@@ -1,13 +1,8 @@
 """The contract's requests as :class:`Call` s: URL, headers, and what a failure means for the caller.
 
-Every call carries the bearer token, asks for JSON in the encodings :mod:`.limits` decodes, and says
+Every call carries the bearer token, asks for JSON in the encodings :mod:`.limits` counts, and says
 which provider sent it. A kickoff or resume also says what may have happened when its outcome is
-unknown, so that no layer below re-derives it.
-
-The status has two paths: the contract says ``GET /{kickoff_id}/status``; deployed crews answer
-``GET /status/{kickoff_id}``. A connection names one, or ``auto``: ask the contract's path, then the
-deployed one after a 404, and remember per base URL the one that answered (:data:`LEARNED_STATUS_PATHS`;
-:func:`~.response.read_status` reads it).
+unknown, so that no layer below re-derives it. The status has two paths (:data:`STATUS_PATHS`).
 """
 
 from __future__ import annotations
@@ -21,11 +16,11 @@ from urllib.parse import quote
 from airflow_provider_crew import __version__
 from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.connection_form import StatusPathStyle
-from airflow_provider_crew.exceptions import CrewOutcomeUnknownError
+from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewServerError
 
 USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"
-# The encodings the body reader decodes itself (airflow_provider_crew.hooks.client.limits), so that
-# decompression stays under the size cap.
+# The encodings both HTTP libraries inflate a bounded piece at a time, so that the body's cap
+# (.limits) counts what they inflate.
 ACCEPT_ENCODING = "gzip, deflate"
 
 # The hook's logger: log settings made for the hook keep covering what it learns about a service.
@@ -67,6 +62,17 @@ class Call:
             return f"{message} {self.consequence}"
         return message
 
+    def unreadable(self, status_code: int, what: str) -> CrewError:
+        """The error for an answer that holds ``what``, which cannot be read: for a kickoff or resume
+        the service may have acted on (any answer but a 4xx refusal) the outcome is unknown; for
+        anything else it is the service's error."""
+        said = f"answered {status_code} with {what}"
+        if not self.idempotent and not 400 <= status_code < 500:
+            return self.outcome_unknown(f"it {said}")
+        return CrewServerError(
+            self.explain(f"{self.endpoint} {said}"), endpoint=self.endpoint, status_code=status_code
+        )
+
     def outcome_unknown(self, reason: str) -> CrewOutcomeUnknownError:
         """The error for a POST that may or may not have reached the service; it is never repeated.
 
@@ -81,11 +87,7 @@ class Call:
 
 
 def request_headers(config: CrewConnectionConfig, *, with_body: bool = False) -> dict[str, str]:
-    """The headers of a request to the crew at ``config``.
-
-    :param config: The connection's settings (its token).
-    :param with_body: The request sends a JSON body.
-    """
+    """The headers of a request to the crew at ``config``."""
     headers = {
         "Authorization": f"Bearer {config.token}",
         "Accept": "application/json",
@@ -97,80 +99,58 @@ def request_headers(config: CrewConnectionConfig, *, with_body: bool = False) ->
     return headers
 
 
+def _call(method: str, base_url: str, path: str, headers: dict[str, str], **details: Any) -> Call:
+    """A :class:`Call` of the contract's ``path`` at ``base_url``; messages name it "``method path``"."""
+    return Call(
+        method=method, url=f"{base_url}{path}", endpoint=f"{method} {path}", headers=headers, **details
+    )
+
+
 def get_call(config: CrewConnectionConfig, path: str) -> Call:
     """A GET of the contract's ``path`` (``/inputs``, ``/``) from the crew at ``config``."""
-    return Call(
-        method="GET", url=f"{config.base_url}{path}", endpoint=f"GET {path}", headers=request_headers(config)
-    )
+    return _call("GET", config.base_url, path, request_headers(config))
 
 
 def post_call(config: CrewConnectionConfig, path: str, body: dict[str, Any], *, if_unknown: str) -> Call:
     """A POST of ``body`` to the contract's ``path`` (``/kickoff``, ``/resume``).
 
-    :param config: The connection's settings (base URL, token).
-    :param path: The contract's path.
-    :param body: The JSON body.
     :param if_unknown: What may have happened when the outcome is unknown, e.g. "an execution may
         have started"; the errors say it, and that the request was not repeated.
     """
-    return Call(
-        method="POST",
-        url=f"{config.base_url}{path}",
-        endpoint=f"POST {path}",
-        headers=request_headers(config, with_body=True),
-        body=body,
-        consequence=f"{if_unknown[:1].upper()}{if_unknown[1:]}; the {path.strip('/')} was not repeated.",
-        if_unknown=if_unknown,
+    headers = request_headers(config, with_body=True)
+    consequence = f"{if_unknown[:1].upper()}{if_unknown[1:]}; the {path.strip('/')} was not repeated."
+    return _call(
+        "POST", config.base_url, path, headers, body=body, consequence=consequence, if_unknown=if_unknown
     )
 
 
 def stop_call(config: CrewConnectionConfig, kickoff_id: str) -> Call:
-    """``POST /stop/{kickoff_id}``: stop an execution. Stopping twice does nothing more, so it may be
-    repeated like a GET (not in the contract: crewAI's hosted service has it)."""
+    """``POST /stop/{kickoff_id}``: stopping twice does nothing more, so it is repeated as a GET is."""
     path = f"/stop/{quote(kickoff_id, safe='')}"
-    return Call(
-        method="POST",
-        url=f"{config.base_url}{path}",
-        endpoint=f"POST {path}",
-        headers=request_headers(config, with_body=True),
-        body={},
-        repeatable=True,
+    return _call(
+        "POST", config.base_url, path, request_headers(config, with_body=True), body={}, repeatable=True
     )
 
 
 # -- the status, at one of two paths ------------------------------------------------------------------
 
-_BOTH_STYLES = (StatusPathStyle.CONTRACT, StatusPathStyle.DEPLOYED)
-
-
-def status_path(kickoff_id: str, style: StatusPathStyle) -> str:
-    """The path of ``kickoff_id``'s status in ``style``, the id quoted."""
-    quoted = quote(kickoff_id, safe="")
-    return f"/status/{quoted}" if style is StatusPathStyle.DEPLOYED else f"/{quoted}/status"
-
-
-def describe_style(style: StatusPathStyle) -> str:
-    """The path template of ``style``, for messages."""
-    return "/status/{kickoff_id}" if style is StatusPathStyle.DEPLOYED else "/{kickoff_id}/status"
+#: Each style's path, in the order ``auto`` asks them (docs/connection.md, "Status path style"):
+#: the contract's, then, after a 404, the one deployed crews answer.
+STATUS_PATHS = {
+    StatusPathStyle.CONTRACT: "/{kickoff_id}/status",
+    StatusPathStyle.DEPLOYED: "/status/{kickoff_id}",
+}
 
 
 def status_call(base_url: str, headers: dict[str, str], kickoff_id: str, style: StatusPathStyle) -> Call:
-    """The request for an execution's status.
+    """The request for an execution's status at ``style``'s path.
 
-    :param base_url: The crew's base URL.
     :param headers: The request's headers (:func:`request_headers`), shared by the status requests
         of one connection.
-    :param kickoff_id: The execution.
-    :param style: Which of the two status paths to ask.
     """
-    path = status_path(kickoff_id, style)
-    return Call(
-        method="GET",
-        url=f"{base_url}{path}",
-        endpoint=f"GET {path}",
-        headers=headers,
-        consequence=f"Crew execution {kickoff_id} may still be running: only reading its status failed.",
-    )
+    path = STATUS_PATHS[style].replace("{kickoff_id}", quote(kickoff_id, safe=""))
+    consequence = f"Crew execution {kickoff_id} may still be running: only reading its status failed."
+    return _call("GET", base_url, path, headers, consequence=consequence)
 
 
 #: The status path each service answered at, per base URL, for connections in ``auto`` mode. It lives
@@ -184,7 +164,7 @@ def status_styles(config: CrewConnectionConfig) -> tuple[StatusPathStyle, ...]:
     if config.status_path_style is not StatusPathStyle.AUTO:
         return (config.status_path_style,)
     learned = LEARNED_STATUS_PATHS.get(config.base_url)
-    return _BOTH_STYLES if learned is None else (learned,)
+    return tuple(STATUS_PATHS) if learned is None else (learned,)
 
 
 def learn_status_path(config: CrewConnectionConfig, style: StatusPathStyle) -> None:
@@ -194,5 +174,5 @@ def learn_status_path(config: CrewConnectionConfig, style: StatusPathStyle) -> N
         config.status_path_style is StatusPathStyle.AUTO
         and LEARNED_STATUS_PATHS.get(config.base_url) is not style
     ):
-        log.info("Crew service at %s answers status at %s", config.base_url, describe_style(style))
+        log.info("Crew service at %s answers status at %s", config.base_url, STATUS_PATHS[style])
         LEARNED_STATUS_PATHS[config.base_url] = style

@@ -99,10 +99,7 @@ def raise_for_response(call: Call, response: Response) -> None:
 def read_stop_answer(response: Response | CrewError) -> StopResult:
     """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or a 404 about
     the route (a framework's bare "Not Found", "No route for ..."), not about the execution ("Execution
-    not found").
-
-    :param response: The answer, or the error that stopped the request (the outcome is unknown).
-    """
+    not found")."""
     if isinstance(response, CrewError):
         return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(response))
     code = response.status_code
@@ -118,38 +115,20 @@ def read_stop_answer(response: Response | CrewError) -> StopResult:
     return StopResult(outcome=StopOutcome.UNKNOWN, detail=f"HTTP {code}: {said or 'no error message'}")
 
 
-def parse_json(call: Call, response: Response) -> Any:
-    """The JSON body of a successful answer; an error status or a body that is not JSON raises."""
+def read_answer(call: Call, response: Response, read: Callable[[Any], T]) -> T:
+    """An answer's JSON body, read by ``read`` (a ``ValueError`` when it is not what the contract
+    says); an error status raises its typed error, a body that cannot be read :meth:`Call.unreadable`'s."""
     raise_for_response(call, response)
     try:
-        return response.json()
-    except ValueError:
-        raise CrewServerError(
-            call.explain(
-                f"{call.endpoint} answered {response.status_code} with a body that is not JSON: "
-                f"{response.text[:200]!r}"
-            ),
-            endpoint=call.endpoint,
-            status_code=response.status_code,
-        ) from None
-
-
-def read_get_answer(call: Call, response: Response, parse: Callable[[Any], T]) -> T:
-    """A GET's answer, read by ``parse``: a body it cannot read is the service's error.
-
-    :param call: The request.
-    :param response: Its answer.
-    :param parse: Reads the JSON body; raises ``ValueError`` when it is not what the contract says.
-    """
-    payload = parse_json(call, response)
-    try:
-        return parse(payload)
+        return read(response.json())
     except ValueError as error:
-        raise CrewServerError(
-            call.explain(f"{call.endpoint} answered with an unexpected body: {error}"),
-            endpoint=call.endpoint,
-            status_code=200,
-        ) from None
+        if isinstance(error, ValidationError):
+            detail = describe_validation_error(error)
+        elif isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+            detail = f"not JSON: {response.text[:200]!r}"
+        else:
+            detail = str(error)
+        raise call.unreadable(response.status_code, f"a body that cannot be read: {detail}") from None
 
 
 def read_status(
@@ -157,41 +136,19 @@ def read_status(
 ) -> Generator[Call, Response, CrewStatus]:
     """Read ``kickoff_id``'s status: yields each request, is sent its answer, returns the record.
 
-    The sync and the async read of :class:`~airflow_provider_crew.hooks.crew.CrewHook` both drive it,
-    so the two-path rule exists once: ask each path in turn; a 404 with a path left to try moves on;
-    any other answer (or the last path's 404) is the answer, and a record that parses teaches
-    ``auto`` connections the path.
+    The hook's sync and async reads both drive it, so the two-path rule exists once: a 404 with a
+    path left to try moves on; any other answer is read, and a record that parses teaches the path.
 
-    :param config: The connection's settings.
     :param headers: The status requests' headers.
-    :param kickoff_id: The execution.
     """
     for style in status_styles(config):
         call = status_call(config.base_url, headers, kickoff_id, style)
         response = yield call
         if response.status_code != 404:
             break
-    status = read_get_answer(call, response, CrewStatus.from_response)
+    status = read_answer(call, response, CrewStatus.from_response)
     learn_status_path(config, style)
     return status
-
-
-def read_post_answer(call: Call, response: Response, model: type[BaseModel]) -> Any:
-    """A kickoff's or resume's answer, validated.
-
-    An answer that says it worked but cannot be read is an unknown outcome, not a server error:
-    the service may have acted, so neither the hook nor Airflow may send the request again.
-    """
-    raise_for_response(call, response)
-    try:
-        return model.model_validate(response.json())
-    except ValueError as error:  # not JSON, or not the expected fields
-        if isinstance(error, ValidationError):
-            detail = describe_validation_error(error)
-        else:
-            detail = f"not JSON: {response.text[:200]!r}"
-        reason = f"it answered {response.status_code} with a body that cannot be read: {detail}"
-        raise call.outcome_unknown(reason) from None
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -2,18 +2,9 @@
 
 :func:`what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
 :data:`GET_RULE` (every request a repeat cannot make act twice: a GET, a stop) say what the client
-does with it. docs/reliability.md ("Paid requests: nothing sent twice") shows :data:`POST_RULE`, and
-tests/hooks/client/test_retry.py checks that the two tables are the same. In short:
-
-- A POST is repeated only when it surely did not reach the service or the service itself said it
-  did not act. Anything else after sending is an unknown outcome: never repeated, and
-  :class:`~airflow_provider_crew.exceptions.CrewOutcomeUnknownError` fails the task without retry.
-- "Busy" answers are retried for up to ``retry_budget`` seconds; other transient failures, which say
-  nothing about when to come back, up to ``retry_limit`` times.
-- The pause grows (``retry_delay`` doubling, capped, with jitter so many callers spread out) and is
-  never shorter than the service's ``Retry-After``. No retry sleeps past the caller's deadline.
-
-:func:`send_with_retries` and :func:`asend_with_retries` are the loop, sync and async.
+does with it, and :meth:`RetryPolicy.decide` is the one place that acts on them. docs/reliability.md
+("Paid requests: nothing sent twice") shows :data:`POST_RULE` and explains the budget, the limit,
+the back-off and the deadline; tests/hooks/client/test_retry.py checks that the two tables are the same.
 """
 
 from __future__ import annotations
@@ -168,22 +159,9 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             return None
 
 
-@dataclass(slots=True)
-class Retry:
-    """Send the request again after ``delay`` seconds."""
-
-    delay: float
-    why: str  # what happened, e.g. "answered 429"
-    progress: str  # how much of the allowance is used, e.g. "retry 1 of 3"
-    came: Came  # what the attempt brought back
-
-
 class RetryPolicy:
-    """The decisions for one request, attempt by attempt.
+    """The decisions for one request (``call``) under the connection's settings, attempt by attempt.
 
-    :param call: The request.
-    :param config: The connection's settings (``retry_limit``, ``retry_delay``, ``retry_budget``,
-        time-outs and ``max_response_bytes``).
     :param deadline: Epoch seconds the caller must not be kept past (a wait's deadline), or None.
     :param max_retries: A hard cap on retries of any kind (0: one try only), or None.
     :param clock: Epoch seconds now (tests pass a fake one).
@@ -221,8 +199,9 @@ class RetryPolicy:
             config.connect_timeout, config.read_timeout, total, config.max_response_bytes, config.verify_tls
         )
 
-    def decide(self, outcome: Response | TransportFailure) -> Retry | Response | CrewError:
-        """After one attempt: retry after a delay, or the answer, or the error to raise."""
+    def decide(self, outcome: Response | TransportFailure) -> float | Response | CrewError:
+        """After one attempt: the seconds to wait before sending it again (logged), or the answer, or
+        the error to raise."""
         self.attempts += 1
         came = what_came_back(outcome)
         step = self.rule[came]
@@ -235,23 +214,24 @@ class RetryPolicy:
             delay, why = self.backoff(retry_after_seconds(outcome.headers)), f"answered {outcome.status_code}"
         else:
             delay, why = self.backoff(None), f"failed ({outcome.reason})"
-        setting = ""  # the connection's setting that ran out, if one did
-        if step is Step.AGAIN_WHEN_BUSY:
-            used, budget = self.clock() - self.started, self.config.retry_budget
-            if used + delay > budget:
-                setting = f"the connection's retry_budget of {budget:g} s"
-            elif self._may_wait(delay):
+        stopped = self._why_not_again(step, delay)
+        if stopped is None:
+            if step is Step.AGAIN:
+                self.counted_retries += 1
+                progress = f"retry {self.counted_retries} of {self.config.retry_limit}"
+            else:
+                used, budget = self.clock() - self.started, self.config.retry_budget
                 progress = (
                     f"next attempt {self.attempts + 1}; {used:.0f} s of the {budget:g} s retry budget used"
                 )
-                return Retry(delay, why, progress, came)
-        elif step is Step.AGAIN:
-            if self.counted_retries < self.config.retry_limit and self._may_wait(delay):
-                self.counted_retries += 1
-                return Retry(delay, why, f"retry {self.counted_retries} of {self.config.retry_limit}", came)
-            setting = f"the connection's retry_limit of {self.config.retry_limit}"
+            metrics.count("crew.request.retried", outcome=RETRIED_AFTER[came], method=self.call.method)
+            log.warning("%s %s; retrying in %.1f s (%s)", self.call.endpoint, why, delay, progress)
+            return delay
         if isinstance(outcome, Response):  # the last answer, with why the retries stopped
-            return replace(outcome, note=self._gave_up(delay, setting))
+            used = self.clock() - self.started
+            return replace(
+                outcome, note=f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {stopped}."
+            )
         return CrewTransportError(
             self.call.explain(
                 f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
@@ -264,38 +244,29 @@ class RetryPolicy:
         """``retry_delay`` doubling per retry (capped), jittered, never below ``Retry-After``."""
         doublings = min(self.attempts - 1, 32)  # the cap is reached long before; no float overflow
         ceiling = min(MAX_BACKOFF_SECONDS, self.config.retry_delay * 2**doublings)
-        delay = self.jitter(ceiling / 2, ceiling)
+        delay = float(self.jitter(ceiling / 2, ceiling))
         if retry_after is not None:
             delay = max(delay, min(retry_after, MAX_RETRY_AFTER_SECONDS))
         return delay
 
-    def _may_wait(self, delay: float) -> bool:
-        if self.max_retries is not None and self.attempts > self.max_retries:
-            return False
-        return self.deadline is None or self.clock() + delay < self.deadline
-
-    def _gave_up(self, delay: float, setting: str) -> str:
-        """Why the retries stopped: the deadline, a one-try call or the connection's setting."""
+    def _why_not_again(self, step: Step, delay: float) -> str | None:
+        """Why the request is not sent again after ``delay`` seconds, or None when it may be."""
+        config = self.config
+        if step is Step.FAIL:
+            return "a repeat meets the same refusal"
         if self.deadline is not None and self.clock() + delay >= self.deadline:
-            why = "the next retry would pass the wait's deadline"
-        elif self.max_retries is not None and self.attempts > self.max_retries:
-            why = (
+            return "the next retry would pass the wait's deadline"
+        if self.max_retries is not None and self.attempts > self.max_retries:
+            return (
                 "this call tries only once"
                 if self.max_retries == 0
                 else f"at most {self.max_retries} retries"
             )
-        else:
-            why = f"{setting} is used up" if setting else "no retry left"
-        used = self.clock() - self.started
-        return f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {why}."
-
-
-def _logged(policy: RetryPolicy, retry: Retry) -> float:
-    metrics.count("crew.request.retried", outcome=RETRIED_AFTER[retry.came], method=policy.call.method)
-    log.warning(
-        "%s %s; retrying in %.1f s (%s)", policy.call.endpoint, retry.why, retry.delay, retry.progress
-    )
-    return retry.delay
+        if step is Step.AGAIN_WHEN_BUSY and self.clock() - self.started + delay > config.retry_budget:
+            return f"the connection's retry_budget of {config.retry_budget:g} s is used up"
+        if step is Step.AGAIN and self.counted_retries >= config.retry_limit:
+            return f"the connection's retry_limit of {config.retry_limit} is used up"
+        return None
 
 
 def send_with_retries(
@@ -304,8 +275,8 @@ def send_with_retries(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """Drive ``policy`` with a sync transport's ``send``; return the answer or raise the error."""
-    while isinstance(step := policy.decide(send(policy.call, policy.limits())), Retry):
-        sleep(_logged(policy, step))
+    while isinstance(step := policy.decide(send(policy.call, policy.limits())), float):
+        sleep(step)
     if isinstance(step, CrewError):
         raise step
     return step
@@ -317,8 +288,8 @@ async def asend_with_retries(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Response:
     """:func:`send_with_retries` with an async transport's ``send``."""
-    while isinstance(step := policy.decide(await send(policy.call, policy.limits())), Retry):
-        await sleep(_logged(policy, step))
+    while isinstance(step := policy.decide(await send(policy.call, policy.limits())), float):
+        await sleep(step)
     if isinstance(step, CrewError):
         raise step
     return step

@@ -1,10 +1,8 @@
 """One attempt of a request under its :class:`~.limits.Limits`: sync (``requests``) or async (``aiohttp``).
 
-A task's calls (kickoff, resume, inputs, a blocking wait's status reads) go through
-:class:`SyncTransport`; the triggers' status reads through :class:`AsyncTransport`, whose one
-``aiohttp`` session per event loop every trigger in a triggerer shares. Each reports the answer
-(:class:`~.response.Response`) or how far it got before failing (:class:`~.retry.TransportFailure`);
-:mod:`.retry` decides what comes next. Redirects are followed only as :mod:`.redirects` allows.
+A task's calls go through :class:`SyncTransport`; the triggers' through :class:`AsyncTransport`,
+with one ``aiohttp`` session per event loop. Each reports the answer or how far it got before
+failing (:class:`~.retry.TransportFailure`); :mod:`.retry` decides what comes next.
 """
 
 from __future__ import annotations
@@ -44,14 +42,18 @@ def over_time(limits: Limits) -> TransportFailure:
     return TransportFailure(Came.LOST, f"no complete answer within {limits.total:.3g} s")
 
 
+def failed(limits: Limits, started: float, came: Came, reason: str) -> TransportFailure:
+    """The failure of an attempt the library gave up on: at the end of the time bound, the bound's."""
+    if time.monotonic() - started >= limits.total * 0.99:
+        return over_time(limits)
+    return TransportFailure(came, reason)
+
+
 # -- sync: requests -------------------------------------------------------------------------------------
 
 
 def classify_requests_error(error: requests.RequestException) -> Came:
-    """How far a request got when ``requests`` raised ``error``.
-
-    :param error: What ``requests`` raised.
-    """
+    """How far a request got when ``requests`` raised ``error``."""
     import requests
     import urllib3.exceptions
 
@@ -77,10 +79,7 @@ def classify_requests_error(error: requests.RequestException) -> Came:
 
 
 def describe_requests_error(error: BaseException) -> str:
-    """A short reason without urllib3's nested reprs (which repeat the URL several times).
-
-    :param error: What ``requests`` or urllib3 raised.
-    """
+    """A short reason without urllib3's nested reprs (which repeat the URL several times)."""
     inner: Any = error.args[0] if error.args else error
     reason = getattr(inner, "reason", inner)
     text = str(reason)
@@ -89,10 +88,7 @@ def describe_requests_error(error: BaseException) -> str:
 
 
 class SyncTransport:
-    """Sends attempts with ``requests`` (one session, so connections are reused).
-
-    :param session: The hook's session.
-    """
+    """Sends attempts with ``requests`` (one session, so connections are reused)."""
 
     def __init__(self, session: requests.Session) -> None:
         self.session = session
@@ -145,9 +141,7 @@ class SyncTransport:
                     return over_time(limits)
             complete = True
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as error:
-            if time.monotonic() - started >= limits.total * 0.99:
-                return over_time(limits)
-            return TransportFailure(Came.LOST, describe_requests_error(error))
+            return failed(limits, started, Came.LOST, describe_requests_error(error))
         finally:
             if complete:
                 raw.raw.release_conn()  # back to the pool for the next request
@@ -157,23 +151,14 @@ class SyncTransport:
 
 
 def classify_aiohttp_error(error: BaseException) -> Came:
-    """How far a request got when ``aiohttp`` raised ``error``.
-
-    :param error: What ``aiohttp`` (or its time-out) raised.
-    """
+    """How far a request got when ``aiohttp`` raised ``error``."""
     import aiohttp
 
     if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
         return Came.REFUSED
-    connect_timeout = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp 3.10+
-    if isinstance(error, aiohttp.ClientConnectorError) or (
-        connect_timeout and isinstance(error, connect_timeout)
-    ):
+    if isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return Came.NOTHING
     return Came.LOST
-
-
-_ENCODING = "Content-Encoding"
 
 
 # -- async: aiohttp, the session shared per event loop ------------------------------------------------
@@ -206,11 +191,8 @@ async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
         await session.close()
 
 
-def shared_session(user_agent: str) -> aiohttp.ClientSession:
-    """The running loop's shared session, created on first use and closed when the loop ends.
-
-    :param user_agent: The ``User-Agent`` a new session sends.
-    """
+def shared_session() -> aiohttp.ClientSession:
+    """The running loop's shared session, created on first use and closed when the loop ends."""
     loop = asyncio.get_running_loop()
     entry = SHARED_SESSIONS.get(loop)
     if entry is None or entry[0].closed:
@@ -218,7 +200,6 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
 
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
-            headers={"User-Agent": user_agent},
             raise_for_status=False,
         )
         closer = loop.create_task(
@@ -229,19 +210,13 @@ def shared_session(user_agent: str) -> aiohttp.ClientSession:
 
 
 class AsyncTransport:
-    """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync).
-
-    :param user_agent: The ``User-Agent`` the shared session sends.
-    """
-
-    def __init__(self, user_agent: str) -> None:
-        self.user_agent = user_agent
+    """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync)."""
 
     async def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
         """One attempt of ``call``, following allowed redirects, read whole under ``limits``."""
         import aiohttp
 
-        session = shared_session(self.user_agent)
+        session = shared_session()
         started = time.monotonic()
         url = call.url
         try:
@@ -267,7 +242,8 @@ class AsyncTransport:
                         url = redirect_target(call, url, status, raw.headers.get("Location"), hops)
                         continue
                     length = raw.content_length
-                    if length is not None and length <= limits.max_bytes and _ENCODING not in raw.headers:
+                    plain = "Content-Encoding" not in raw.headers
+                    if plain and length is not None and length <= limits.max_bytes:
                         # The usual answer: plain, its length known and under the cap. One read.
                         return Response(status, raw.headers, await raw.read())
                     body = BodyCap(call, status, raw.headers, limits.max_bytes)
@@ -276,8 +252,6 @@ class AsyncTransport:
                         body.feed(chunk)
                     return Response(status, raw.headers, body.finish())
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-            if time.monotonic() - started >= limits.total * 0.99:
-                return over_time(limits)
             reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            return TransportFailure(classify_aiohttp_error(error), reason)
+            return failed(limits, started, classify_aiohttp_error(error), reason)
         raise AssertionError("unreachable")  # pragma: no cover - redirect_target stops the loop

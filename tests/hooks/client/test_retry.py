@@ -18,7 +18,6 @@ from airflow_provider_crew.hooks.client.retry import (
     GET_RULE,
     POST_RULE,
     Came,
-    Retry,
     RetryPolicy,
     TransportFailure,
     retry_after_seconds,
@@ -106,8 +105,8 @@ OUTCOMES = [
 ]
 
 
-def verdict(step: Retry | Response | Exception) -> str:
-    if isinstance(step, Retry):
+def verdict(step: float | Response | Exception) -> str:
+    if isinstance(step, float):
         return SAFE
     if isinstance(step, CrewOutcomeUnknownError):
         return UNSAFE
@@ -177,9 +176,9 @@ def test_an_unknown_outcome_names_what_may_have_happened_and_never_the_token():
 def test_busy_answers_are_bounded_by_the_retry_budget_not_the_retry_limit():
     p = policy("POST", retry_limit=0, retry_delay=1.0, retry_budget=60.0)
     delays = []
-    while isinstance(step := p.decide(answer(429, "1")), Retry):
-        delays.append(step.delay)
-        p.clock.now += step.delay
+    while isinstance(step := p.decide(answer(429, "1")), float):
+        delays.append(step)
+        p.clock.now += step
 
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]  # the next (32 s) would end past 60 s
     assert sum(delays) <= 60
@@ -192,9 +191,9 @@ def test_retry_after_is_a_floor_and_the_backoff_grows_to_its_cap():
     delays = []
     for _ in range(9):
         step = p.decide(answer(503, "5"))
-        assert isinstance(step, Retry)
-        delays.append(step.delay)
-        p.clock.now += step.delay
+        assert isinstance(step, float)
+        delays.append(step)
+        p.clock.now += step
 
     assert delays == [5.0, 5.0, 5.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
 
@@ -203,7 +202,7 @@ def test_failures_that_do_not_say_when_to_come_back_are_bounded_by_the_retry_lim
     p = policy("GET", retry_limit=2)
     outcomes = [p.decide(TransportFailure(Came.NOTHING, "refused")) for _ in range(3)]
 
-    assert [type(step) for step in outcomes] == [Retry, Retry, CrewTransportError]
+    assert [type(step) for step in outcomes] == [float, float, CrewTransportError]
     error = outcomes[-1]
     assert isinstance(error, CrewTransportError)
     assert str(error) == f"GET /inputs to {CONFIG.base_url}/inputs failed after 3 attempt(s): refused"
