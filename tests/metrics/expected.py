@@ -25,6 +25,7 @@ NAME_VARIABLES: dict[str, tuple[str, ...]] = {
     "crew.execution.left_running": ("dag_id", "task_id"),
 }
 ALERTS = ("crew.paid_post.unknown_outcome", "crew.execution.left_running")
+REVIEW_METRICS = ("crew.review.round", "crew.review.response_time")  # human-in-the-loop: Airflow 3.1+
 
 
 def tagged(metric: str) -> str:
@@ -41,9 +42,13 @@ def legacy(metric: str, **variables: str) -> str:
 
 
 def documented_metrics() -> list[str]:
-    """The names of ``airflow_provider_crew.metrics.METRICS``, the table docs/metrics.md is made from."""
+    """The names of ``airflow_provider_crew.metrics.METRICS``, the table docs/metrics.md is made from,
+    that the DAG runs produce on this Airflow (a review needs 3.1+)."""
     from airflow_provider_crew.metrics import METRICS  # the emitting side (issue #43)
 
-    if isinstance(METRICS, dict):  # keyed by name
-        return list(METRICS)
-    return [getattr(entry, "name", None) or entry[0] for entry in METRICS]
+    from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
+
+    names = (
+        list(METRICS) if isinstance(METRICS, dict) else [getattr(m, "name", None) or m[0] for m in METRICS]
+    )
+    return [name for name in names if AIRFLOW_V_3_1_PLUS or name not in REVIEW_METRICS]

@@ -4,8 +4,9 @@ metrics receiver, each telling which Airflow component sent what.
 Both keep every sample they receive (thread-safe) and wait for a condition with a deadline
 (:meth:`Received.wait_for`), never a hopeful sleep. A sample's ``component`` names the Airflow
 component whose process tree sent it (``scheduler`` covers the LocalExecutor's task processes, the
-workers: the scheduler itself emits no ``crew.*`` metric), found from the sender's socket (StatsD: the
-UDP source port in ``/proc/net/udp``) or its TCP connection (OTLP), then its parent processes.
+workers: the scheduler itself emits no ``crew.*`` metric), found from the sending process (StatsD: the
+owner of the UDP source port, from ``/proc``; OTLP: the export's ``process.pid`` resource attribute)
+and its parent processes.
 """
 
 from __future__ import annotations
@@ -142,44 +143,60 @@ class Senders:
     def __init__(self) -> None:
         self.components: dict[int, str] = {}
         self._by_port: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._by_pid: dict[int, tuple[int, ...]] = {}
 
     def sender(self, protocol: str, port: int) -> tuple[int, ...]:
         """The process (and its parents) owning the local ``protocol`` (``udp`` or ``tcp``) socket on
-        ``port``: looked up at a datagram's or a connection's receipt, while that socket is open, and
-        again when the process known for the port has ended (the port may serve another now)."""
-        key = (protocol, port)
-        known = self._by_port.get(key)
-        if not known or not os.path.exists(f"/proc/{known[0]}"):
-            pid = _socket_owner(protocol, port)
-            if pid is not None:
-                self._by_port[key] = tuple(_ancestors(pid))
-        return self._by_port.get(key, ())
+        ``port``: looked up at a datagram's receipt, while that socket is open. The process last found
+        on the port is asked first (a StatsD client keeps its socket); a port can serve another
+        process later."""
+        inodes = _socket_inodes(protocol, port)
+        known = self._by_port.get((protocol, port))
+        if not (known and _holds(known[0], inodes)):
+            senders = [chain[0] for chain in self._by_port.values()]  # those seen before, first
+            pid = next((p for p in [*senders, *_pids()] if _holds(p, inodes)), None) if inodes else None
+            if pid is None:
+                return ()
+            self._by_port[(protocol, port)] = known = tuple(_ancestors(pid))
+        return known
+
+    def of_pid(self, pid: int) -> tuple[int, ...]:
+        """Process ``pid`` and its parents, as found the first time it was named (while it ran)."""
+        if pid not in self._by_pid:
+            chain = tuple(_ancestors(pid)) if os.path.exists(f"/proc/{pid}") else ()
+            if not chain:
+                return ()
+            self._by_pid[pid] = chain
+        return self._by_pid[pid]
 
     def component(self, sender: tuple[int, ...]) -> str | None:
         return next((self.components[pid] for pid in sender if pid in self.components), None)
 
 
-def _socket_owner(protocol: str, port: int) -> int | None:
-    """The pid holding the local ``protocol`` socket bound to ``port`` (Linux ``/proc``), if any."""
+def _socket_inodes(protocol: str, port: int) -> set[str]:
+    """The ``socket:[inode]`` links of the local ``protocol`` sockets bound to ``port`` (Linux)."""
     inodes = set()
     for table in (f"/proc/net/{protocol}", f"/proc/net/{protocol}6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
                     inodes.add(f"socket:[{fields[9]}]")
-    inodes.discard("socket:[0]")
-    if not inodes:
-        return None
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd) in inodes:
-                        return int(proc.name)
-    return None
+    return inodes
+
+
+def _pids() -> Iterator[int]:
+    return (int(proc.name) for proc in Path("/proc").iterdir() if proc.name.isdigit())
+
+
+def _holds(pid: int, inodes: set[str]) -> bool:
+    """Whether process ``pid`` has one of these sockets open."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
 
 
 def _ancestors(pid: int) -> Iterator[int]:
@@ -248,29 +265,38 @@ class OtlpReceiver(Received):
     """An OTLP/HTTP metrics receiver (``POST /v1/metrics``, protobuf) on 127.0.0.1, in a thread.
 
     The SDK exports cumulative values again at every interval: a counter's or a histogram's value is
-    the latest export of each process's stream (told apart by the sender and the stream's start
-    time), and :meth:`total` adds those up across processes. :attr:`attributes` keeps every data
+    the latest export of each process's stream (told apart by the stream's start time, in
+    nanoseconds), and :meth:`total` adds those up across processes. :attr:`attributes` keeps every data
     point's attributes.
     """
 
     def __init__(self, senders: Senders | None = None) -> None:
         super().__init__(senders)
-        # (name, attributes, sending process, the stream's start time) -> its latest cumulative sample
+        # (name, attributes, the stream's start time: one per process) -> its latest cumulative sample
         self._latest: dict[tuple[Any, ...], Sample] = {}
         self.requests = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # an exporter keeps its connection
+
+            def handle(self) -> None:
+                with contextlib.suppress(ConnectionError):  # a task process ends with its connection open
+                    super().handle()
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                sender = receiver.senders.sender("tcp", self.client_address[1])
+                if len(body) < int(self.headers.get("Content-Length", 0)):
+                    return  # the sender ended mid-request (a task process killed): nothing to decode
                 try:
-                    receiver._export(body, sender)
+                    gzipped = self.headers.get("Content-Encoding") == "gzip"
+                    receiver._export(gzip.decompress(body) if gzipped else body)
                     self.send_response(200)
                 except Exception as error:
-                    receiver.errors.append(f"{self.path}: {error!r}")
+                    headers = {
+                        k: self.headers[k] for k in ("Content-Type", "Content-Encoding", "Content-Length")
+                    }
+                    receiver.errors.append(f"{self.path} {headers} {len(body)} bytes: {error!r}")
                     self.send_response(400)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -292,26 +318,25 @@ class OtlpReceiver(Received):
             "AIRFLOW__METRICS__OTEL_PORT": str(self.port),
             "AIRFLOW__METRICS__OTEL_SSL_ACTIVE": "False",
             "AIRFLOW__METRICS__OTEL_INTERVAL_MILLISECONDS": str(interval_ms),
+            # The OTel SDK's process detector: each export names its process (resource process.pid).
+            "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS": "process",
         }
 
-    def _export(self, body: bytes, sender: tuple[int, ...]) -> None:
+    def _export(self, body: bytes) -> None:
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
         request = ExportMetricsServiceRequest()
         request.ParseFromString(body)
         self.requests += 1
         for resource in request.resource_metrics:
+            pid = next((a.value.int_value for a in resource.resource.attributes if a.key == "process.pid"), 0)
+            sender = self.senders.of_pid(pid) if pid else ()
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     for kind, point, value, count in _points(metric):
                         attributes = {a.key: _any_value(a.value) for a in point.attributes}
                         sample = Sample(metric.name, value, kind, attributes, count=count, sender=sender)
-                        key = (
-                            metric.name,
-                            tuple(sorted(attributes.items())),
-                            sender[:1],
-                            point.start_time_unix_nano,
-                        )
+                        key = (metric.name, tuple(sorted(attributes.items())), point.start_time_unix_nano)
                         with self._lock:
                             self._latest[key] = sample
 

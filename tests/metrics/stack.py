@@ -207,12 +207,14 @@ def fired(service: Any, rule_id: int) -> int:
     return next(int(r["fired"]) for r in service.faults.rules if r["id"] == rule_id)
 
 
-def run_scenario(airflow: AirflowStack, services: Services) -> Scenario:
-    """Every DAG run at once; the user's and the gateway's parts played as each run gets there."""
+def run_scenario(airflow: AirflowStack, services: Services, *, broken: bool = True) -> Scenario:
+    """Every DAG run at once; the user's and the gateway's parts played as each run gets there.
+
+    :param broken: Run the ``metrics_broken_*`` DAGs too (for a stack with :data:`REFUSING_HANDLER`).
+    """
     main = services.main
-    order = ["metrics_deferred", "metrics_marked_failed"] + [
-        d for d in DAG_IDS if d not in ("metrics_deferred", "metrics_marked_failed")
-    ]
+    first = ["metrics_deferred", "metrics_marked_failed"]  # the runs the test acts on, first
+    order = first + [d for d in DAG_IDS if d not in first and (broken or "broken" not in d)]
     review = None
     with ThreadPoolExecutor(1) as reviewer:
         if services.review:  # the reviewer answers in a thread of its own, each round at once
