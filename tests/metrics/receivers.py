@@ -17,12 +17,13 @@ import os
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
+
+from ..e2e.airflow_stack import wait_for
 
 T = TypeVar("T")
 
@@ -108,19 +109,15 @@ class Received:
 
     def wait_for(self, check: Callable[[], T | None], *, timeout: float, what: str) -> T:
         """Call ``check`` until it returns something truthy, or fail at the deadline saying what was
-        awaited and which ``crew.``/``airflow.crew.`` names did arrive."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                crew = [n for n in self.names() if ".crew." in f".{n}"]
-                raise AssertionError(
-                    f"Timed out after {timeout:.0f}s waiting for {what}. Crew metrics received: "
-                    f"{crew or 'none'}; {len(self.samples())} samples in all; unparsed: {self.errors[:5]}"
-                )
-            time.sleep(0.2)
+        awaited and which crew metrics did arrive."""
+        try:
+            return wait_for(check, timeout=timeout, what=what, interval=0.2)
+        except TimeoutError as error:
+            crew = [n for n in self.names() if ".crew." in f".{n}"]
+            raise AssertionError(
+                f"{error}. Crew metrics received: {crew or 'none'}; {len(self.samples())} samples in all; "
+                f"not understood: {self.errors[:5]}"
+            ) from None
 
     def wait_for_total(self, name: str, at_least: float, *, timeout: float = 30, **tags: str) -> float:
         return self.wait_for(
@@ -266,7 +263,9 @@ class OtlpReceiver(Received):
 
     The SDK exports cumulative values again at every interval: a counter's or a histogram's value is
     the latest export of each process's stream (told apart by the stream's start time, in
-    nanoseconds), and :meth:`total` adds those up across processes. :attr:`attributes` keeps every data
+    nanoseconds), and :meth:`total` adds those up across processes. An export that cannot be decoded
+    is kept in :attr:`errors` (answered 400); the next export of its process carries the same
+    cumulative values again. :attr:`attributes` keeps every data
     point's attributes.
     """
 
@@ -278,10 +277,8 @@ class OtlpReceiver(Received):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # an exporter keeps its connection
-
             def handle(self) -> None:
-                with contextlib.suppress(ConnectionError):  # a task process ends with its connection open
+                with contextlib.suppress(ConnectionError):  # a task process may end mid-request
                     super().handle()
 
             def do_POST(self) -> None:

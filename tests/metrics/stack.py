@@ -29,6 +29,7 @@ import requests
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 
 from ..e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, wait_for
+from ..e2e.test_stop_e2e import deferred_in_triggerer
 from .receivers import Senders
 
 HERE = Path(__file__).resolve().parent
@@ -61,8 +62,8 @@ def crew(name: str, steps: int, step_seconds: float, *faults: dict[str, Any]) ->
 CREWS = [
     crew(
         "blocking",
-        2,
-        0.5,
+        4,  # 4 s: its wait reads it running at least once, which bounds its end lag
+        1,
         {"kind": "error", "endpoint": "kickoff", "status": 429, "retry_after": 1, "count": 1},
         {"kind": "gateway", "endpoint": "status", "status": 502, "count": 1},
     ),
@@ -177,17 +178,6 @@ def metrics_stack(
 
 
 # -- the scenario -----------------------------------------------------------------------------------
-
-
-def task_instance(airflow: AirflowStack, dag_id: str, run_id: str, task_id: str = TASK) -> dict[str, Any]:
-    airflow.check_alive()
-    return airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")  # type: ignore[no-any-return]
-
-
-def deferred_in_triggerer(airflow: AirflowStack, dag_id: str, run_id: str) -> dict[str, Any] | None:
-    ti = task_instance(airflow, dag_id, run_id)
-    trigger = ti.get("trigger") or {}
-    return ti if ti["state"] == "deferred" and trigger.get("triggerer_id") else None
 
 
 def wait_deferred(airflow: AirflowStack, dag_id: str, run_id: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ Plain StatsD has no tags: the state, the reason and the answer reach it in the d
 or the api-server emits is proved to arrive from there. First, the listener is shown to receive what
 Airflow itself sends, so that a crew metric missing is the provider's, not the harness's.
 
-On this machine (2 shared cores) the module takes about 3-4 minutes on Airflow 3.3.2.
+On this machine (2 shared cores) the module takes about 2 minutes on Airflow 3.3.2, 1.5 on 3.0.6.
 """
 
 from __future__ import annotations
