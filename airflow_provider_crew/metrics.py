@@ -191,9 +191,10 @@ METRICS: tuple[Metric, ...] = (
         legacy=TASK,
         emitted_by=f"the {WORKER} or the {TRIGGERER}, where a task ends and no stop was confirmed",
         meaning=(
-            "An execution the task owned may run on with nobody following it: its stop's outcome is unknown "
-            "(`stop_unknown`), the service has no `/stop` (`no_stop_endpoint`), the connection does not stop "
-            "(`stop_disabled`), or its kickoff's outcome is unknown (`unknown_outcome`)."
+            "An execution the task owned may run on with nobody following it: its stop's outcome is "
+            "unknown (`stop_unknown`), the service has no `/stop` (`no_stop_endpoint`), stopping is off "
+            "(`stop_disabled`: the connection's `stop_executions`, or the task's `stop_crew=False` at its "
+            "time-out), or its kickoff's outcome is unknown (`unknown_outcome`)."
         ),
         alert=True,
     ),

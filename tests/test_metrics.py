@@ -190,6 +190,30 @@ def test_a_wait_that_polled_to_its_end_sends_end_tokens_duration_reads_and_a_pol
     assert lag == pytest.approx(3_000.0)  # from the read at 1010 that saw it running
 
 
+def test_a_trigger_whose_first_read_ends_the_wait_bounds_the_lag_by_the_tasks_read_before_deferring(
+    stats: FakeStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_crew.triggers.crew import CrewStatusTrigger
+
+    monkeypatch.setattr(metrics.time, "time", lambda: 1040.0)
+    task_poller = _poller([1010.0])
+    assert task_poller.step(_status("RUNNING")) == 5  # the task's read before it deferred
+    trigger = CrewStatusTrigger(
+        kickoff_id="k-1",
+        crew_conn_id="crew_default",
+        wait_for="completion",
+        deadline=10_000.0,
+        not_found_deadline=0.0,
+        last_running_at=task_poller.last_running_at,
+    )
+    _, kwargs = trigger.serialize()
+    poller = CrewStatusTrigger(**kwargs).poller(logging.getLogger("test"))
+    result = poller.step(_status("SUCCESS", result="done"))  # the trigger's first read
+    wait_ended(TASK, result, poller)  # type: ignore[arg-type]
+    lag = [value for _, name, value, tags in stats.sent if name == "crew.wait.end_lag"]
+    assert lag == [pytest.approx(30_000.0)]
+
+
 def test_a_woken_wait_measures_its_lag_from_the_webhook(
     stats: FakeStats, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,6 +293,24 @@ def test_a_connection_that_does_not_stop_leaves_the_execution_running(stats: Fak
         ("incr", "crew.execution.left_running.billing.group__kickoff", 1, {"why": "stop_disabled"}),
         ("incr", "crew.execution.left_running", 1, {**TASK, "why": "stop_disabled"}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("stop_crew", "owns_execution", "left_running"), [(False, True, 1), (False, False, 0)]
+)
+def test_a_timed_out_wait_told_not_to_stop_counts_the_execution_it_owned_as_left_running(
+    stats: FakeStats, stop_crew: bool, owns_execution: bool, left_running: int
+) -> None:
+    from airflow_provider_crew.operators.crew import CrewKickoffOperator
+    from airflow_provider_crew.sensors.crew import CrewStatusSensor
+
+    if owns_execution:
+        task: Any = CrewKickoffOperator(task_id="kickoff", inputs={}, stop_crew=stop_crew)
+    else:  # a sensor only watches an execution another task started
+        task = CrewStatusSensor(task_id="kickoff", kickoff_id="k-1")
+    assert task._stop_cut_off_wait("k-1", stopping.WAIT_TIMEOUT) is None
+    running = [tags for _, name, _, tags in stats.sent if name == "crew.execution.left_running"]
+    assert running == [{**metrics.task_tags(task), "why": "stop_disabled"}] * left_running
 
 
 # -- review rounds --------------------------------------------------------------------------------

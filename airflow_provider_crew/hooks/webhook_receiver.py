@@ -286,4 +286,36 @@ class CrewWebhookReceiverHook(BaseHook):
 _health_cache: dict[str, tuple[float, bool, str]] = {}
 
 
-__all__ = ["CrewWebhookReceiverHook", "ReceiverConfig", "WakeAddresses", "run_token", "token_matches"]
+def wake_for_run(config: CrewConnectionConfig, task_instance: Any, log: Any) -> WakeAddresses | None:
+    """A task run's webhook addresses when the crew connection opts in (``wake_by_webhook``) and the
+    api-server's plugin answers with the same key; else None, the task log saying why (waits then
+    poll as usual)."""
+    if not config.wake_by_webhook:
+        return None
+    wake: WakeAddresses | None = None
+    receiver = CrewWebhookReceiverHook()
+    try:
+        usable, why = receiver.health()
+        if usable:
+            wake = receiver.addresses(task_instance.dag_id, task_instance.run_id, config)
+    except CrewConfigurationError as error:
+        why = str(error)
+    if wake is None:
+        log.warning("Webhook wake is off for this task, which polls as usual: %s", why)
+    else:
+        log.info(
+            "Webhook wake is on: the crew's webhooks wake this task's waits, which poll every "
+            "%.0f s as a safety net.",
+            wake.safety_poll_interval,
+        )
+    return wake
+
+
+__all__ = [
+    "CrewWebhookReceiverHook",
+    "ReceiverConfig",
+    "WakeAddresses",
+    "run_token",
+    "token_matches",
+    "wake_for_run",
+]

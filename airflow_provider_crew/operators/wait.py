@@ -296,6 +296,7 @@ class CrewWaitMixin(CrewStopMixin):
                 not_found_deadline=poller.not_found_deadline,
                 execution_seen=poller.execution_seen,
                 kicked_off_at=poller.kicked_off_at,
+                last_running_at=poller.last_running_at,
                 poll_interval=self.poll_interval,
                 max_poll_interval=self.max_poll_interval,
                 not_before=not_before,
@@ -364,32 +365,12 @@ class CrewWaitMixin(CrewStopMixin):
     # -- the crew's webhooks wake the wait (docs/webhook-wake.md) -----------------------------------
 
     def _webhook_wake(self, context: Context, hook: CrewHook) -> WakeAddresses | None:
-        """This run's webhook addresses when the crew connection opts in and the api-server's plugin
-        answers with the same key; else None, the task log saying once why (waits then poll)."""
-        if "_crew_wake" in self.__dict__:
-            return self.__dict__["_crew_wake"]  # type: ignore[no-any-return]
-        wake: WakeAddresses | None = None
-        if hook.config.wake_by_webhook:
-            from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook
+        """This run's webhook addresses, or None (:func:`~.webhook_receiver.wake_for_run`), once a try."""
+        if "_crew_wake" not in self.__dict__:
+            from airflow_provider_crew.hooks.webhook_receiver import wake_for_run
 
-            receiver = CrewWebhookReceiverHook()
-            try:
-                usable, why = receiver.health()
-                if usable:
-                    ti = context["ti"]
-                    wake = receiver.addresses(ti.dag_id, ti.run_id, hook.config)
-            except CrewConfigurationError as error:
-                why = str(error)
-            if wake is None:
-                self.log.warning("Webhook wake is off for this task, which polls as usual: %s", why)
-            else:
-                self.log.info(
-                    "Webhook wake is on: the crew's webhooks wake this task's waits, which poll every "
-                    "%.0f s as a safety net.",
-                    wake.safety_poll_interval,
-                )
-        self.__dict__["_crew_wake"] = wake
-        return wake
+            self.__dict__["_crew_wake"] = wake_for_run(hook.config, context["ti"], self.log)
+        return self.__dict__["_crew_wake"]  # type: ignore[no-any-return]
 
     def _refuse_own_crew_webhook(self, hook: CrewHook) -> None:
         """Fail, naming both, when a ``crew_webhook_url`` meets a connection that wakes by webhook."""

@@ -136,6 +136,8 @@ class CrewStopMixin:
         """
         waiting = self._waiting
         if not self._stops_crew():
+            if self.owns_execution:  # stop_crew=False: the execution this task owned runs on
+                metrics.count("crew.execution.left_running", **metrics.task_tags(self), why="stop_disabled")
             return None
         try:
             if waiting is not None and waiting[0] == kickoff_id:

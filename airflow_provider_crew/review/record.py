@@ -70,6 +70,7 @@ def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
 # retry returns its record (docs/human-review.md, "Airflow's stale executor-event race").
 APPLIED_RECORD_KEY = "crew_review_applied"
 ASKED_RECORD_KEY = "crew_review_asked"
+COUNTED_RECORD_KEY = "crew_review_counted"
 
 
 def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
@@ -116,6 +117,19 @@ class RoundRetry:
             self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
             return False
         return kept is not None and asked_about(self.kickoff_id, status).items() <= kept.items()
+
+    def first_to_count(self, given: Mapping[str, Any] | None) -> bool:
+        """Whether this try is the first to count this answer (``None``: nobody answered) in the
+        metrics: a retry that collects the answer an earlier try took does not count it again."""
+        taken = str(given.get("responded_at")) if given else "nobody answered"
+        try:
+            kept = self.resume.records.get(COUNTED_RECORD_KEY)
+            if kept is not None and kept.get("answer") == taken:
+                return False
+            self.resume.records.set(COUNTED_RECORD_KEY, {"answer": taken})
+        except Exception as error:  # then count it: a metric twice is better than an error
+            self.log.warning("Could not keep that round %d's answer is counted: %s", self.round_number, error)
+        return True
 
     def applied_by_earlier_try(self) -> RoundRecord | None:
         """The round's record, when an earlier try of this run sent its answer to this execution."""

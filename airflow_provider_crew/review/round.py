@@ -249,6 +249,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         send the answer to the crew and end the round."""
         ti = context["ti"]
         asked = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REVIEW_REQUEST, map_indexes=ti.map_index) or {}
+        kept = RoundRetry(context, kickoff_id, self)
         try:
             given = answer.answer_from_event(
                 event,
@@ -257,7 +258,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 response_timeout=self.response_timeout,
             )
         except CrewReviewTimeoutError:
-            metrics.review_round(metrics.task_tags(ti), None, asked.get("asked_at"))
+            if kept.first_to_count(None):
+                metrics.review_round(metrics.task_tags(ti), None, asked.get("asked_at"))
             if not self._stops_crew():
                 raise  # the execution stays paused, for a later answer
             came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.REVIEW_TIMEOUT, context)
@@ -267,7 +269,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
                 "stop_crew=False to crew_human_review."
             ) from None
-        metrics.review_round(metrics.task_tags(ti), given, asked.get("asked_at"))
+        if kept.first_to_count(given):
+            metrics.review_round(metrics.task_tags(ti), given, asked.get("asked_at"))
         record: RoundRecord = {
             "round": self.round_number,
             "crew_task_id": crew_task_id,
@@ -290,7 +293,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                     "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
                 )
         record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, RoundRetry(context, kickoff_id, self), record)
+        return self._send(context, kept, record)
 
     def _send(self, context: Context, kept: RoundRetry, record: RoundRecord) -> RoundRecord:
         """Resume the execution with the answer (recorded in ``kept.resume``), unless it no longer waits on

@@ -183,6 +183,8 @@ class CrewStatusTrigger(BaseTrigger):
         lost it, not that it is still queued.
     :param kicked_off_at: Epoch seconds the execution started, when the task knows it (for
         ``crew.execution.duration``).
+    :param last_running_at: Epoch seconds of the task's last read that saw the execution short of
+        its end, before it deferred (bounds ``crew.wait.end_lag`` when the trigger's first read ends it).
     :param not_before: Epoch seconds before which no event is fired, however soon the wait ends. The
         task that deferred sets it to when Airflow has surely handled its exit (see
         :func:`airflow_provider_crew.waiting.race.deferral_settle_seconds`): an event that resumes the task
@@ -212,6 +214,7 @@ class CrewStatusTrigger(BaseTrigger):
         not_before: float = 0.0,
         execution_seen: bool = False,
         kicked_off_at: float | None = None,
+        last_running_at: float | None = None,
         safety_poll_interval: float = 0.0,
         ends_task_when_finished: bool = False,
         ends_task_when_paused: bool = False,
@@ -228,6 +231,7 @@ class CrewStatusTrigger(BaseTrigger):
         self.not_before = float(not_before)
         self.execution_seen = bool(execution_seen)
         self.kicked_off_at = None if kicked_off_at is None else float(kicked_off_at)
+        self.last_running_at = None if last_running_at is None else float(last_running_at)
         self.safety_poll_interval = max(0.0, float(safety_poll_interval))
         self.ends_task_when_finished = bool(ends_task_when_finished)
         self.ends_task_when_paused = bool(ends_task_when_paused)
@@ -248,6 +252,7 @@ class CrewStatusTrigger(BaseTrigger):
                 "not_before": self.not_before,
                 "execution_seen": self.execution_seen,
                 "kicked_off_at": self.kicked_off_at,
+                "last_running_at": self.last_running_at,
                 "safety_poll_interval": self.safety_poll_interval,
                 "ends_task_when_finished": self.ends_task_when_finished,
                 "ends_task_when_paused": self.ends_task_when_paused,
@@ -282,6 +287,7 @@ class CrewStatusTrigger(BaseTrigger):
             log=log,
             execution_seen=self.execution_seen,
             kicked_off_at=self.kicked_off_at,
+            last_running_at=self.last_running_at,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -301,12 +301,15 @@ class Poller:
         log: logging.Logger | Any,
         execution_seen: bool = False,
         kicked_off_at: float | None = None,
+        last_running_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kickoff_id = kickoff_id
         self.kicked_off_at = kicked_off_at  # when the execution started, where the task knows it
         self.reads = 0  # status reads, for crew.execution.status_reads at the wait's end
-        self.last_running_at: float | None = None  # the last read that did not end the wait
+        # The last read that did not end the wait (an earlier stretch's, before a deferral): the
+        # crew ended after it, so it bounds crew.wait.end_lag.
+        self.last_running_at = last_running_at
         self.wait_for = wait_for
         self.deadline = deadline
         self.not_found_deadline = not_found_deadline

@@ -44,9 +44,8 @@ def legacy(metric: str, **variables: str) -> str:
 def documented_metrics() -> list[str]:
     """The names of ``airflow_provider_crew.metrics.METRICS``, the table docs/metrics.md is made from,
     that the DAG runs produce on this Airflow (a review needs 3.1+)."""
-    from airflow_provider_crew.metrics import METRICS  # the emitting side (issue #43)
-
     from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
+    from airflow_provider_crew.metrics import METRICS  # the emitting side (issue #43)
 
     names = (
         list(METRICS) if isinstance(METRICS, dict) else [getattr(m, "name", None) or m[0] for m in METRICS]

@@ -765,3 +765,24 @@ def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch)
 
     record = retry.execute(context(FakeTI(try_number=2)))
     assert record["answer"] == "Approve" and "stopped while sending" in record["note"]
+
+
+@needs_3_1
+def test_an_answer_is_counted_once_in_the_metrics_also_when_a_retry_collects_it(monkeypatch):
+    """A retry that collects the answer an earlier try took (apache/airflow#72716's race) does not count
+    the round again in ``crew.review.round``; a new answer, or one without a store (before 3.3), is counted."""
+    store = FakeStateStore()
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    op = round_operator()
+    given = {"is_approve": True, "responded_at": "2026-01-01T00:01:30+00:00"}
+    first, retry = (
+        review_record.RoundRetry(context(FakeTI("round_1", try_number=n)), "k-1", op) for n in (1, 2)
+    )
+    assert first.first_to_count(given)
+    assert not retry.first_to_count(given)
+    assert retry.first_to_count({**given, "responded_at": "2026-01-01T00:02:00+00:00"})
+    assert first.first_to_count(None) and not retry.first_to_count(None)
+
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: None)
+    no_store = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
+    assert no_store.first_to_count(given) and no_store.first_to_count(given)
