@@ -28,6 +28,12 @@ ALERTS = ("crew.paid_post.unknown_outcome", "crew.execution.left_running")
 REVIEW_METRICS = ("crew.review.round", "crew.review.response_time")  # human-in-the-loop: Airflow 3.1+
 
 
+# ``crew.wait.end_lag`` runs from the last read that saw the crew running (the task's read before it
+# deferred, when the trigger's first read ends the wait), which came after the kickoff: it is within
+# ``crew.execution.duration``, the two taken at most this far apart.
+LAG_SLACK_MS = 50
+
+
 def tagged(metric: str) -> str:
     """The name on the wire of the tagged metric (StatsD and OpenTelemetry alike)."""
     assert metric in NAME_VARIABLES, metric
