@@ -4,8 +4,9 @@ A user who marks a deferred task failed or success ends its wait from the api-se
 that runs the task's trigger deletes the trigger and cancels it (3.0-3.2) or calls its ``on_kill``
 (3.3+), and the trigger stops the execution (:meth:`CrewStatusTrigger.stop_if_abandoned`). While no
 triggerer runs it, the trigger is deleted unseen and the crew runs on: for the moment after every
-deferral until a triggerer takes the trigger up, while every triggerer is down, and while a triggerer
-holds a trigger it has not started (a triggerer's first loop builds its execution API: 11-22 s here).
+deferral until a triggerer takes the trigger up, while every triggerer is down, while a triggerer
+holds a trigger it has not started (a triggerer's first loop builds its execution API: 10-24 s here),
+and when the triggerer that held it died.
 
 When a user sets a task instance's state through the REST API or the UI, Airflow calls its listeners'
 ``on_task_instance_failed`` / ``on_task_instance_success`` in the api-server, with
@@ -15,11 +16,13 @@ loop, after the commit): this listener reads it and, for a crew wait with ``stop
 execution by the trigger's rules (:func:`stopping.stop_unless_reached`: a crew that reached what the
 wait waits for is not stopped).
 
-- No live triggerer holds the trigger: the stop starts as soon as the request has committed the state.
-- A live triggerer holds it: its trigger stops the execution. The listener looks again
+- No triggerer holds the trigger: the stop starts as soon as the request has committed the state.
+- A triggerer holds it: its trigger stops the execution. The listener looks again
   :data:`BACKSTOP_SECONDS` later, past the trigger's own stop, and stops an execution still short of
-  its end (its triggerer had not started the trigger). A stopped crew is finished, so whichever comes
-  second sends nothing: one stop.
+  its end (its triggerer had not started the trigger, or died). Whether a triggerer is alive is not
+  asked: its heartbeat lags while it works (a fresh triggerer's first loop skipped it for 13 s here),
+  and a triggerer taken for dead too soon still stops its trigger. A stopped crew is finished, so
+  whichever comes second sends nothing: one stop.
 - Either way only while the task instance keeps the state and try the user set (a clear or a new try
   in between may have a reader again), in a few background threads, each read and stop bounded by the
   trigger's :data:`~airflow_provider_crew.triggers.crew.STOP_SECONDS`: the user's request never waits
@@ -44,8 +47,8 @@ from airflow_provider_crew.waiting.rules import WaitFor
 
 log = logging.getLogger(__name__)
 
-#: Seconds after a user's end of a task whose trigger a live triggerer holds before the listener looks
-#: again: past the trigger's own stop (a triggerer's loop, which stalled for up to 22 s here, then the
+#: Seconds after a user's end of a task whose trigger a triggerer holds before the listener looks
+#: again: past the trigger's own stop (a triggerer's loop, which stalled for up to 24 s here, then the
 #: trigger's state query, status read and stop, 12 s each at most).
 BACKSTOP_SECONDS = 60.0
 # Threads that stop executions; each stop takes up to twice STOP_SECONDS against a dead service.
@@ -60,7 +63,7 @@ class AbandonedWait:
     crew_conn_id: str
     wait_for: WaitFor
     reason: str
-    #: A live triggerer holds the trigger: the trigger stops it; the listener looks again later.
+    #: A triggerer holds the trigger: the trigger stops it; the listener looks again later.
     held: bool
     dag_id: str
     run_id: str
@@ -91,13 +94,12 @@ def abandoned_wait(task_instance: Any, session: Any) -> AbandonedWait | None:
     reason = stopping.reason_for_state(task_instance.state, deferred=True)
     if not wait.may_stop() or reason is None:
         return None
-    holder = trigger.triggerer_job
     return AbandonedWait(
         wait.kickoff_id,
         wait.crew_conn_id,
         WaitFor(wait.wait_for),
         reason,
-        held=holder is not None and holder.is_alive(),
+        held=trigger.triggerer_id is not None,
         dag_id=task_instance.dag_id,
         run_id=task_instance.run_id,
         task_id=task_instance.task_id,

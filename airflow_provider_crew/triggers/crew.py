@@ -190,7 +190,9 @@ class CrewStatusTrigger(BaseTrigger):
         Any end not named by these two resumes the task on a worker.
     :param stop_crew: Stop the execution when a user ends the deferred task (marks it failed or
         success, or clears it) and Airflow cancels this trigger; never when a triggerer restarts or
-        hands the trigger to another (:meth:`stop_if_abandoned`).
+        hands the trigger to another (:meth:`stop_if_abandoned`). The api-server's listener reads it
+        too, for a task marked while no triggerer runs this trigger
+        (:mod:`~airflow_provider_crew.plugins.stop_listener`).
     """
 
     def __init__(

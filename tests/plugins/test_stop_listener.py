@@ -1,4 +1,4 @@
-"""The api-server's listener stops a deferred crew wait's execution that a user ends: at once when no live
+"""The api-server's listener stops a deferred crew wait's execution that a user ends: at once when no
 triggerer holds its trigger, later as a backstop when one does, after the state is committed, and only
 while the task instance keeps it (real HTTP, local service; Airflow's task instance and trigger rows are
 stood in for: tests/e2e/test_stop_listener_e2e.py runs the real ones)."""
@@ -23,13 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.crew_service(SLOW)]
 CLASSPATH = "airflow_provider_crew.triggers.crew.CrewStatusTrigger"
 
 
-def triggerer(alive: bool) -> types.SimpleNamespace:
-    return types.SimpleNamespace(is_alive=lambda: alive)
-
-
-def trigger_row(trigger: CrewStatusTrigger, *, held_by=None, classpath: str = CLASSPATH):
+def trigger_row(trigger: CrewStatusTrigger, *, held_by: int | None = None, classpath: str = CLASSPATH):
     _, kwargs = trigger.serialize()
-    return types.SimpleNamespace(classpath=classpath, triggerer_job=held_by, kwargs=kwargs)
+    return types.SimpleNamespace(classpath=classpath, triggerer_id=held_by, kwargs=kwargs)
 
 
 class Handed(list):
@@ -81,14 +77,14 @@ def end_as_user(submitted, state: str, row, *, commit: bool = True, previous_sta
 
 
 @pytest.mark.parametrize("state", ["failed", "success"])
-@pytest.mark.parametrize("held_by", [None, triggerer(alive=False), triggerer(alive=True)])
-def test_a_users_committed_end_stops_at_once_unless_a_live_triggerer_holds_the_trigger(
+@pytest.mark.parametrize("held_by", [None, 3])
+def test_a_users_committed_end_stops_at_once_unless_a_triggerer_holds_the_trigger(
     crew_service, running, submitted, state, held_by
 ):
     end_as_user(submitted, state, trigger_row(trigger_for(running), held_by=held_by))
     [wait] = submitted
     assert (wait.kickoff_id, wait.reason) == (running, f"the task was marked {state}")
-    assert wait.held is (held_by is not None and held_by.is_alive())  # held: a backstop, later
+    assert wait.held is (held_by is not None)  # held: a backstop, later
     stop_listener.stop_abandoned(wait)
     assert crew_service.stops == [running]
 
@@ -109,7 +105,7 @@ def test_nothing_is_handed_on_that_is_not_a_users_committed_end_of_a_crew_wait_t
 def test_the_stop_is_skipped_when_the_task_instance_changed_or_the_crew_ended(
     crew_service, running, submitted, monkeypatch, caplog
 ):
-    end_as_user(submitted, "failed", trigger_row(trigger_for(running), held_by=triggerer(alive=True)))
+    end_as_user(submitted, "failed", trigger_row(trigger_for(running), held_by=3))
     [wait] = submitted
     monkeypatch.setattr(stop_listener, "still_as_set", lambda wait: False)  # cleared meanwhile
     stop_listener.stop_abandoned(wait)
