@@ -27,7 +27,7 @@ wait waits for is not stopped).
   in between may have a reader again), in a few background threads, each read and stop bounded by the
   trigger's :data:`~airflow_provider_crew.triggers.crew.STOP_SECONDS`: the user's request never waits
   for the crew service, and a request that fails to commit stops nothing. The stop's line goes to the
-  api-server's log.
+  api-server's log. A look-again still pending when the api-server process stops is not made.
 - A clear calls no listener: it stays a trigger's to see.
 """
 
