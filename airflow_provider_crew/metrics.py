@@ -133,7 +133,10 @@ METRICS: tuple[Metric, ...] = (
         unit="stops",
         tags=("reason", "answer"),
         legacy=("reason", "answer"),
-        emitted_by=f"the {WORKER} or the {TRIGGERER}, where a stop is sent",
+        emitted_by=(
+            f"the {WORKER} or the {TRIGGERER}, where a stop is sent; the api-server, for a deferred task "
+            "a user marked while no triggerer ran its trigger"
+        ),
         meaning=(
             "A `POST /stop` sent, by why (`timeout`, `execution_timeout`, `review_timeout`, `cleared`, "
             "`marked_<state>`, `agent_timeout`) and the answer (`stopped`, `already_finished`, "
@@ -189,7 +192,9 @@ METRICS: tuple[Metric, ...] = (
         unit="executions",
         tags=(*TASK, "why"),
         legacy=TASK,
-        emitted_by=f"the {WORKER} or the {TRIGGERER}, where a task ends and no stop was confirmed",
+        emitted_by=(
+            f"the {WORKER}, the {TRIGGERER} or the api-server, where a task ends and no stop was confirmed"
+        ),
         meaning=(
             "An execution the task owned may run on with nobody following it: its stop's outcome is "
             "unknown (`stop_unknown`), the service has no `/stop` (`no_stop_endpoint`), stopping is off "

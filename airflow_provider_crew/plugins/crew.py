@@ -1,4 +1,5 @@
 """The api-server plugin of the provider: crews' webhooks wake the deferred waits on their executions,
+a listener stops a deferred wait's execution that a user ends while no triggerer holds its trigger,
 and on Airflow 3.1+ a "Crew" tab on every task instance and a "Crews" page under Browse.
 
 Airflow loads it in every component through the package's ``airflow.plugins`` entry point; only the
@@ -60,9 +61,21 @@ def _apps() -> list[dict[str, Any]]:
     return apps
 
 
+def _listeners() -> list[Any]:
+    """The api-server's stop of a deferred crew wait a user ends while no triggerer holds its trigger
+    (:mod:`.stop_listener`): Airflow calls listeners there when a user sets a task instance's state."""
+    if not RUNNING_ON_APISERVER:
+        return []
+    from airflow_provider_crew.plugins.stop_listener import StopListener
+
+    return [StopListener()]
+
+
 class CrewPlugin(AirflowPlugin):
-    """Receives crews' webhooks in the api-server; shows the Crew tab and the Crews page (3.1+)."""
+    """Receives crews' webhooks in the api-server, stops the crews of deferred tasks a user ends there
+    while no triggerer holds them; shows the Crew tab and the Crews page (3.1+)."""
 
     name = "airflow_provider_crew"
     fastapi_apps = _apps()
     external_views = EXTERNAL_VIEWS if HAS_EXTERNAL_VIEWS else []
+    listeners = _listeners()

@@ -16,7 +16,6 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state
-from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.end_metrics import wait_ended
@@ -29,7 +28,6 @@ from airflow_provider_crew.waiting.rules import (
     Poller,
     WaitFor,
     WaitResult,
-    outcome_of,
 )
 from airflow_provider_crew.waiting.xcom import end_log_line, result_xcoms
 
@@ -198,7 +196,9 @@ class CrewStatusTrigger(BaseTrigger):
         Any end not named by these two resumes the task on a worker.
     :param stop_crew: Stop the execution when a user ends the deferred task (marks it failed or
         success, or clears it) and Airflow cancels this trigger; never when a triggerer restarts or
-        hands the trigger to another (:meth:`stop_if_abandoned`).
+        hands the trigger to another (:meth:`stop_if_abandoned`). The api-server's listener reads it
+        too, for a task marked while no triggerer runs this trigger
+        (:mod:`~airflow_provider_crew.plugins.stop_listener`).
     """
 
     def __init__(
@@ -330,6 +330,11 @@ class CrewStatusTrigger(BaseTrigger):
         """Airflow 3.3+: a user ended the deferred task, or the trigger moves to another triggerer."""
         await stopping.finish_despite_cancels(self.stop_if_abandoned())
 
+    def may_stop(self) -> bool:
+        """Whether a user's end of the deferred task stops the execution: with ``stop_crew``, before the
+        trigger fired its event and before its deadline (Airflow's own time-out is not a user's end)."""
+        return self.stop_crew and not self._fired and time.time() < self.deadline
+
     async def stop_if_abandoned(self) -> None:
         """Stop the execution when Airflow cancelled this trigger because a user ended its task.
 
@@ -339,7 +344,7 @@ class CrewStatusTrigger(BaseTrigger):
         does one whose state cannot be read in time. A trigger past its timeout, or one that fired its
         event, was ended by Airflow's own course: its task's worker handles the end.
         """
-        if not self.stop_crew or self._fired or self.task_instance is None or time.time() >= self.deadline:
+        if not self.may_stop() or self.task_instance is None:
             return
         log = type(self).logger()
         ti = self.task_instance
@@ -357,20 +362,15 @@ class CrewStatusTrigger(BaseTrigger):
         reason = stopping.reason_for_state(state, deferred=True)
         if reason is None:
             return  # the task is still deferred: a triggerer restart or hand-over, not a user
-        hook = CrewHook(self.crew_conn_id)
-        # A webhook wake ends the deferral from outside too, and leaves the task instance as a user's
-        # action does (scheduled, running, or already success): it comes when the execution reached
-        # what the wait waits for, and the woken task reads it. Only an execution still short of that
-        # has nobody waiting for it.
-        try:
-            status = await hook.aget_status(self.kickoff_id, deadline=time.time() + STOP_SECONDS)
-        except CrewError as error:
-            log.info("Not stopping crew execution %s: its status is unknown (%s).", self.kickoff_id, error)
-            return
-        if outcome_of(status, WaitFor(self.wait_for)) is not None:
-            return  # finished, or paused where the wait ends at a pause: its task reads it
-        owner = self._task_tags()
-        await stopping.astop(hook, self.kickoff_id, reason, log, patience=STOP_SECONDS, owner=owner)
+        await stopping.astop_unless_reached(
+            CrewHook(self.crew_conn_id),
+            self.kickoff_id,
+            WaitFor(self.wait_for),
+            reason,
+            log,
+            patience=STOP_SECONDS,
+            owner=self._task_tags(),
+        )
 
     async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
         """The task's end, when this trigger may end it; else the event that resumes it on a worker,

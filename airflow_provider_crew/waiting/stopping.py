@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew import metrics
+from airflow_provider_crew.exceptions import CrewError
+from airflow_provider_crew.waiting.rules import WaitFor, outcome_of
 
 if TYPE_CHECKING:  # the contract's models load where a request is sent, not with the DAG file's tasks
     from airflow_provider_crew.models import StopResult
@@ -103,6 +106,58 @@ async def astop(
     result: StopResult = await hook.astop(kickoff_id, patience=patience)
     _log_stop(config, kickoff_id, reason, result, log, owner)
     return result
+
+
+def stop_unless_reached(
+    hook: Any,
+    kickoff_id: str,
+    wait_for: WaitFor,
+    reason: str,
+    log: Any,
+    *,
+    patience: float,
+    owner: Mapping[str, str],
+) -> StopResult | None:
+    """:func:`stop` a deferred wait's execution that something outside its trigger ended, unless the
+    crew already reached what the wait waits for: a webhook wake ends the deferral from outside too,
+    and its woken task reads the execution. Only an execution still short of that has nobody waiting
+    for it. The trigger (:func:`astop_unless_reached`) and the api-server's listener stop through here.
+
+    :param wait_for: What the wait waits for (a pause ends a ``human_input`` wait).
+    :param patience: Seconds the status read may take, and then the stop.
+    :param owner: The ``dag_id`` and ``task_id`` tags of the task that owned the execution (:func:`stop`).
+    :return: The service's answer; None when nothing was sent (a log line says why, except when the
+        crew reached its end: its task reads it).
+    """
+    try:
+        status = hook.get_status(kickoff_id, deadline=time.time() + patience)
+    except CrewError as error:
+        log.info("Not stopping crew execution %s: its status is unknown (%s).", kickoff_id, error)
+        return None
+    if outcome_of(status, wait_for) is not None:
+        return None
+    return stop(hook, kickoff_id, reason, log, patience=patience, owner=owner)
+
+
+async def astop_unless_reached(
+    hook: Any,
+    kickoff_id: str,
+    wait_for: WaitFor,
+    reason: str,
+    log: Any,
+    *,
+    patience: float,
+    owner: Mapping[str, str],
+) -> StopResult | None:
+    """:func:`stop_unless_reached` in an event loop (a trigger)."""
+    try:
+        status = await hook.aget_status(kickoff_id, deadline=time.time() + patience)
+    except CrewError as error:
+        log.info("Not stopping crew execution %s: its status is unknown (%s).", kickoff_id, error)
+        return None
+    if outcome_of(status, wait_for) is not None:
+        return None
+    return await astop(hook, kickoff_id, reason, log, patience=patience, owner=owner)
 
 
 def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any, owner: Mapping[str, str]) -> bool:

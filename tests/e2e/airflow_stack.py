@@ -24,7 +24,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -392,6 +392,32 @@ class AirflowStack:
         if parts:
             parts += [f"----- {c} -----\n{self.log_tail(c, tail)}" for c in ("scheduler", "triggerer")]
         return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def running_stack(
+    home: Path,
+    dags_folder: Path,
+    env: Mapping[str, str],
+    dag_ids: Sequence[str],
+    components: Sequence[str] = COMPONENTS,
+) -> Iterator[AirflowStack]:
+    """A migrated stack running ``components``, once its DAGs ``dag_ids`` are parsed; stopped on exit,
+    with each component's log tail printed when the setup or the tests fail."""
+    airflow = AirflowStack(home, dags_folder, env)
+    airflow.patience = 60.0
+    try:
+        airflow.migrate()
+        airflow.start(components)
+        for dag_id in dag_ids:
+            airflow.wait_for_dag(dag_id)
+        yield airflow
+    except BaseException:
+        for component in airflow.processes:
+            print(f"----- {component} -----\n{airflow.log_tail(component, 6000)}")
+        raise
+    finally:
+        airflow.stop()
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -35,7 +35,14 @@ import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 
-from .airflow_stack import FAST_SETTLE, AirflowStack, _signal_group, metadata_database, wait_for
+from .airflow_stack import (
+    FAST_SETTLE,
+    AirflowStack,
+    _signal_group,
+    metadata_database,
+    running_stack,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -94,20 +101,8 @@ def stop_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airfl
         env = {**metadata_database(stack), **FAST_SETTLE, **TRIGGERER_SETTINGS}
         for spec in CREWS:
             env.update(service.connection_env(f"crew_{spec['name']}", crew=spec["name"]))
-        airflow = AirflowStack(tmp / "home", dags, env)
-        airflow.patience = 60.0
-        try:
-            airflow.migrate()
-            airflow.start()
-            for dag_id in DAG_IDS:
-                airflow.wait_for_dag(dag_id)
+        with running_stack(tmp / "home", dags, env, DAG_IDS) as airflow:
             yield airflow, service
-        except BaseException:
-            for component in airflow.processes:
-                print(f"----- {component} -----\n{airflow.log_tail(component, 6000)}")
-            raise
-        finally:
-            airflow.stop()
 
 
 # -- helpers ---------------------------------------------------------------------------------------

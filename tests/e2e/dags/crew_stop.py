@@ -1,4 +1,5 @@
-"""DAGs whose crew executions a user or a fault cuts off (tests/e2e/test_stop_e2e.py).
+"""DAGs whose crew executions a user or a fault cuts off (tests/e2e/test_stop_e2e.py and
+test_stop_listener_e2e.py).
 
 Each DAG has a crew connection of its own (``crew_<dag's crew>``), so the service's executions tell
 the DAGs apart by their crew. Most waits poll every 2-4 s: a finished crew is seen within seconds.
@@ -23,6 +24,9 @@ DAGS = {
     "stop_triggerer_restart": ("triggerer_restart", True, 2),  # its triggerer is killed and replaced
     "stop_blocking_cleared": ("blocking_cleared", False, 2),  # a user clears the running kickoff
     "stop_blocking_failed": ("blocking_failed", False, 2),  # a user marks the running kickoff failed
+    # tests/e2e/test_stop_listener_e2e.py: a user marks a deferred kickoff while no triggerer holds
+    # its trigger (no triggerer runs, or its triggerer died), or just after it defers
+    "stop_unheld": ("unheld", True, 2),
 }
 
 for dag_id, (crew, deferrable, poll_interval) in DAGS.items():
