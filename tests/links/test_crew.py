@@ -12,12 +12,18 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, build_execution_url
+from airflow_provider_crew.connection import (
+    CrewConnectionConfig,
+    build_execution_url,
+    config_from_connection,
+)
 from airflow_provider_crew.connection_form import CONN_FIELDS
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.links.crew import XCOM_EXECUTION_URL, CrewExecutionLink
 from airflow_provider_crew.testing.dag_runs import DagRun, airflow_env, dags_test, migrate_db
 
@@ -29,9 +35,16 @@ WEBHOOK_TOKEN = "link-webhook-credential-91ab"
 
 
 def config(**extra: Any) -> CrewConnectionConfig:
-    return CrewConnectionConfig.from_connection_fields(
-        conn_id="crew_default", host="https://crew.example.test", password="tok", extra=extra
+    connection = SimpleNamespace(
+        conn_id="crew_default",
+        conn_type="crew",
+        host="https://crew.example.test",
+        schema=None,
+        port=None,
+        password="tok",
+        extra=extra,
     )
+    return config_from_connection(connection, "crew_default")
 
 
 # -- the connection's template -------------------------------------------------------------------
@@ -71,7 +84,7 @@ def test_the_template_is_read_with_the_old_form_prefix_too():
     ],
 )
 def test_a_bad_template_fails_naming_the_field(template, expected):
-    with pytest.raises(CrewConnectionError) as raised:
+    with pytest.raises(CrewConfigurationError) as raised:  # as the hook raises it
         config(execution_url_template=template)
     message = str(raised.value)
     assert "'crew_default'" in message
