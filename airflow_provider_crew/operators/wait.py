@@ -303,9 +303,9 @@ class CrewWaitMixin(CrewStopMixin):
                 safety_poll_interval=wake.safety_poll_interval if wake is not None else 0.0,
                 ends_task_when_finished=Outcome.SUCCEEDED.value in ends_task,
                 ends_task_when_paused=Outcome.PAUSED.value in ends_task,
-                # With the webhook wake on, a wake ends the deferral from outside as a user's action
-                # does: the trigger cannot tell them apart, so it stops nothing (docs/reliability.md).
-                stop_crew=self._stops_crew() and hook.config.stop_executions and wake is None,
+                # With the webhook wake on, the trigger stops nothing (a wake and a user's action look
+                # alike to it), the api-server's listener does (docs/reliability.md).
+                stop_crew=self._stops_crew() and hook.config.stop_executions,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),

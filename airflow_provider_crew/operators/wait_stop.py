@@ -52,7 +52,7 @@ class CrewStopMixin:
         marks the task failed or success or clears it. ``None`` stops it when the task owns the wait
         (the kickoff, a resume, the review); a sensor only watches, so it leaves it running unless
         ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
-        nor with the connection's ``stop_executions`` off, nor a deferred wait a user ends while the
+        nor with the connection's ``stop_executions`` off, nor a deferred wait a user clears while the
         webhook wake is on (docs/reliability.md).
     """
 

@@ -28,7 +28,10 @@ wait waits for is not stopped).
   trigger's :data:`~airflow_provider_crew.triggers.crew.STOP_SECONDS`: the user's request never waits
   for the crew service, and a request that fails to commit stops nothing. The stop's line goes to the
   api-server's log. A look-again still pending when the api-server process stops is not made.
-- A clear calls no listener: it stays a trigger's to see.
+- With the webhook wake on, a trigger stops nothing when it is cancelled (a wake looks like a user's
+  action to it); a wake calls no listener, so a mark the listener sees is a user's: it stops at once,
+  whether a triggerer holds the trigger or not.
+- A clear calls no listener: it stays a trigger's to see (and, with the wake on, nobody's).
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def abandoned_wait(task_instance: Any, session: Any) -> AbandonedWait | None:
         wait.crew_conn_id,
         WaitFor(wait.wait_for),
         reason,
-        held=trigger.triggerer_id is not None,
+        # With the webhook wake on, the trigger stops nothing: the listener stops at once.
+        held=trigger.triggerer_id is not None and not wait.woken_by_webhook,
         dag_id=task_instance.dag_id,
         run_id=task_instance.run_id,
         task_id=task_instance.task_id,

@@ -330,6 +330,11 @@ class CrewStatusTrigger(BaseTrigger):
         """Airflow 3.3+: a user ended the deferred task, or the trigger moves to another triggerer."""
         await stopping.finish_despite_cancels(self.stop_if_abandoned())
 
+    @property
+    def woken_by_webhook(self) -> bool:
+        """The crew's webhooks wake this wait (docs/webhook-wake.md)."""
+        return self.safety_poll_interval > 0
+
     def may_stop(self) -> bool:
         """Whether a user's end of the deferred task stops the execution: with ``stop_crew``, before the
         trigger fired its event and before its deadline (Airflow's own time-out is not a user's end)."""
@@ -343,8 +348,13 @@ class CrewStatusTrigger(BaseTrigger):
         a task still deferred keeps its execution (a triggerer restart, a move, a shutdown), and so
         does one whose state cannot be read in time. A trigger past its timeout, or one that fired its
         event, was ended by Airflow's own course: its task's worker handles the end.
+
+        With the webhook wake on (``safety_poll_interval``), nothing: a wake ends the deferral from
+        outside as a user's action does, and the trigger cannot tell them apart. A user's mark is then
+        the api-server's listener's to stop (:mod:`~airflow_provider_crew.plugins.stop_listener`),
+        which a wake does not call.
         """
-        if not self.may_stop() or self.task_instance is None:
+        if not self.may_stop() or self.woken_by_webhook or self.task_instance is None:
             return
         log = type(self).logger()
         ti = self.task_instance

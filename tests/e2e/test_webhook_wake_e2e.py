@@ -33,6 +33,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.hooks.webhook_receiver import run_token, wake_path
 
 from .airflow_stack import AirflowStack, _signal_group, metadata_database, wait_for
+from .test_stop_e2e import STOP_TIMEOUT, deferred_in_triggerer, mark
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +66,10 @@ CREWS = [
     crew("slow_a", work("research_task", 30, steps=6), work("writing_task", 30, steps=6)),
     crew("slow_b", work("research_task", 30, steps=6), work("writing_task", 30, steps=6)),
     crew("quick", work("only_task", 0.5)),
-    crew("safety", work("only_task", 60, steps=3)),  # ends after the race bound: the safety poll finds it
+    crew("safety", work("only_task", 60, steps=3)),
+    crew(
+        "marked", work("only_task", 120, steps=6)
+    ),  # marked failed long before its end  # ends after the race bound: the safety poll finds it
     # A wake is applied only after the race bound (35 s after the deferral here); until then the
     # trigger's polls find the crew's end or pause. These pauses and ends come after it, to be woken.
     review_crew("review_a", outline=45, publish=45),
@@ -126,6 +130,7 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
                 "wake_quick",
                 "wake_safety",
                 "wake_ended",
+                "wake_marked",
             ):
                 airflow.wait_for_dag(dag_id)
             yield airflow, service
@@ -244,6 +249,25 @@ def test_woken_waits_end_with_few_status_reads(wake):
         assert "Webhook wake is on" in log
     for dag_id, run_id in runs.items():
         assert_no_race(airflow, dag_id, run_id)
+
+
+def test_marking_woken_waits_failed_stops_their_crew_from_the_api_server(wake):
+    """With the wake on, a cancelled trigger stops nothing (a wake and a user's mark look alike to it);
+    a mark calls the api-server's listener, which a wake never does: it stops the execution, once."""
+    airflow, service = wake
+    run_id = airflow.trigger("wake_marked")
+    wait_for(
+        lambda: deferred_in_triggerer(airflow, "wake_marked", run_id),
+        timeout=120,
+        what="the kickoff to defer to a triggerer",
+    )
+    [kickoff_id] = [k for k, execution in service.executions.items() if execution["crew"] == "marked"]
+    sent = mark(airflow, "wake_marked", run_id, "failed")
+    wait_for(lambda: kickoff_id in service.stops, timeout=STOP_TIMEOUT, what=f"{kickoff_id} to be stopped")
+    print(f"\nwake e2e: woken wait marked failed -> stopped {time.monotonic() - sent:.1f} s after the PATCH")
+    assert service.stops.count(kickoff_id) == 1
+    assert service.execution(kickoff_id)["state"] == "REVOKED"
+    assert airflow.task_states("wake_marked", run_id)["kickoff"] == "failed"
 
 
 def said_by_trigger(airflow: AirflowStack, task_log: str, ti_id: str, line: str) -> bool:
@@ -442,7 +466,7 @@ def test_a_flood_of_webhooks_leaves_the_api_server_answering(wake):
     assert_no_race(airflow, "wake_kickoff", run_id)
 
 
-@pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="CI runs the soak on the newest Airflow and on 3.1")
+@pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="the soak needs Airflow 3.1+ (CI runs it on the newest)")
 def test_race_soak_50_runs_whose_crews_end_0_to_40_s_after_the_deferral(wake):
     """50 DAG runs, 10 for each crew length, running together: every task succeeds on its first try,
     none in Airflow's race; each ended by its trigger (crews ending within the race bound) or woken."""

@@ -89,6 +89,17 @@ def test_a_users_committed_end_stops_at_once_unless_a_triggerer_holds_the_trigge
     assert crew_service.stops == [running]
 
 
+def test_with_the_webhook_wake_on_a_users_end_stops_at_once_even_when_a_triggerer_holds_the_trigger(
+    crew_service, running, submitted
+):
+    """A wake calls no listener, so the mark is a user's; the trigger, which cannot tell, stops nothing."""
+    end_as_user(submitted, "failed", trigger_row(trigger_for(running, woken=True), held_by=3))
+    [wait] = submitted
+    assert not wait.held
+    stop_listener.stop_abandoned(wait)
+    assert crew_service.stops == [running]
+
+
 def test_nothing_is_handed_on_that_is_not_a_users_committed_end_of_a_crew_wait_to_stop(
     crew_service, running, submitted
 ):

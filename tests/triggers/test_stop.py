@@ -26,7 +26,9 @@ SLOW = {
 pytestmark = [pytest.mark.integration, pytest.mark.crew_service(SLOW)]
 
 
-def trigger_for(kickoff_id: str, *, stop_crew: bool = True, deadline_in: float = 60) -> CrewStatusTrigger:
+def trigger_for(
+    kickoff_id: str, *, stop_crew: bool = True, deadline_in: float = 60, woken: bool = False
+) -> CrewStatusTrigger:
     now = time.time()
     trigger = CrewStatusTrigger(
         kickoff_id=kickoff_id,
@@ -37,6 +39,7 @@ def trigger_for(kickoff_id: str, *, stop_crew: bool = True, deadline_in: float =
         poll_interval=0.05,
         max_poll_interval=0.2,
         stop_crew=stop_crew,
+        safety_poll_interval=300 if woken else 0,  # the crew's webhooks wake the wait
     )
     trigger.task_instance = types.SimpleNamespace(dag_id="d", run_id="r", task_id="kickoff", map_index=-1)
     return trigger
@@ -68,6 +71,7 @@ async def test_nothing_is_stopped_when_asked_not_to_after_its_event_past_its_dea
 ):
     monkeypatch.setattr(trigger_module, "task_instance_state", lambda *args: "failed")
     await trigger_for(running, stop_crew=False).stop_if_abandoned()
+    await trigger_for(running, woken=True).stop_if_abandoned()  # a wake looks like a user's mark
     fired = trigger_for(running)
     fired._fired = True
     await fired.stop_if_abandoned()

@@ -31,6 +31,11 @@ with dag("wake_kickoff"):
         task_id="kickoff", crew_conn_id="crew_slow_a", inputs={"topic": "tides"}, deferrable=True
     )
 
+with dag("wake_marked"):  # a user marks it failed while it waits
+    CrewKickoffOperator(
+        task_id="kickoff", crew_conn_id="crew_marked", inputs={"topic": "tides"}, deferrable=True
+    )
+
 with dag("wake_sensor"):
     started = CrewKickoffOperator(
         task_id="kickoff", crew_conn_id="crew_slow_b", inputs={"topic": "tides"}, wait_for_completion=False
