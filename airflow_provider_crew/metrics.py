@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_crew._compat import conf, stats_client
 
@@ -31,9 +30,9 @@ TRIGGERER = "triggerer"
 TASK = ("dag_id", "task_id")
 
 
-@dataclass(frozen=True)
-class Metric:
-    """One metric: how it is named, counted and tagged, where it comes from, and what it means.
+class Metric(NamedTuple):
+    """One metric: how it is named, counted and tagged, where it comes from, and what it means (a named
+    tuple, not a dataclass: it loads with the operators, and costs half as much to create).
 
     :param legacy: The tags written into the legacy name, in this order.
     :param legacy_only_when: ``(tag, value)``: the legacy name is emitted only for that value (the
