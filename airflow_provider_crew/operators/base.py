@@ -18,6 +18,7 @@ from airflow_provider_crew.waiting.xcom import XCOM_WEBHOOKS, asset_event_extra
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_crew.connection import CrewConnectionConfig
     from airflow_provider_crew.hooks.webhook_receiver import WakeAddresses
     from airflow_provider_crew.status import CrewStatus
     from airflow_provider_crew.waiting.rules import WaitResult
@@ -122,6 +123,16 @@ def check_webhook_parameter(value: Any, parameter: str) -> None:
         check_webhook_url(value, parameter)
     except ValueError as error:
         raise CrewConfigurationError(str(error)) from None
+
+
+def refuse_own_crew_webhook(task: Any, config: CrewConnectionConfig) -> None:
+    """Fail, naming both, when a task's ``crew_webhook_url`` meets a connection that wakes by webhook."""
+    if config.wake_by_webhook and getattr(task, "crew_webhook_url", None):
+        raise CrewConfigurationError(
+            f"crew_webhook_url is set, and connection {task.crew_conn_id!r} wakes waits by webhook "
+            "(wake_by_webhook): both need the crew's one completion webhook. Drop crew_webhook_url, "
+            "or turn 'Wake waits by webhook' off on the connection."
+        )
 
 
 def resume_webhook_addresses(

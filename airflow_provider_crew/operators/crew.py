@@ -27,6 +27,7 @@ from airflow_provider_crew.operators.base import (
     default_deferrable,
     is_template_or_xcom,
     name_execution_in_asset_events,
+    refuse_own_crew_webhook,
     try_number,
 )
 from airflow_provider_crew.operators.paid_post import PaidPost
@@ -219,7 +220,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
                 f"inputs rendered to {type(self.inputs).__name__}; it must be a mapping."
             )
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        self._refuse_own_crew_webhook(hook)
+        refuse_own_crew_webhook(self, hook.config)
         self._kicked_off_at: float | None = None  # set by _kickoff, or from the record on a reattach
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]

@@ -23,6 +23,7 @@ from airflow_provider_crew.operators.base import (
     checked_kickoff_id,
     default_deferrable,
     is_template_or_xcom,
+    refuse_own_crew_webhook,
     rendered_bool,
     required_kickoff_id,
     resume_webhook_addresses,
@@ -187,7 +188,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             check_webhook_parameter(getattr(self, parameter), parameter)
         execution_id = checked_kickoff_id(self.kickoff_id)
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        self._refuse_own_crew_webhook(hook)
+        refuse_own_crew_webhook(self, hook.config)
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
         record = PaidPost(
             context,

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import BaseOperator, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
-    CrewConfigurationError,
     CrewError,
     CrewExecutionFailedError,
     CrewExecutionNotFoundError,
@@ -371,15 +370,6 @@ class CrewWaitMixin(CrewStopMixin):
 
             self.__dict__["_crew_wake"] = wake_for_run(hook.config, context["ti"], self.log)
         return self.__dict__["_crew_wake"]  # type: ignore[no-any-return]
-
-    def _refuse_own_crew_webhook(self, hook: CrewHook) -> None:
-        """Fail, naming both, when a ``crew_webhook_url`` meets a connection that wakes by webhook."""
-        if hook.config.wake_by_webhook and getattr(self, "crew_webhook_url", None):
-            raise CrewConfigurationError(
-                f"crew_webhook_url is set, and connection {self.crew_conn_id!r} wakes waits by webhook "
-                "(wake_by_webhook): both need the crew's one completion webhook. Drop crew_webhook_url, "
-                "or turn 'Wake waits by webhook' off on the connection."
-            )
 
     def _finish_wait(self, context: Context, kickoff_id: str, result: WaitResult) -> str:
         """End the task's wait the way every crew task ends it: push what it found to XCom (``result``

@@ -27,6 +27,7 @@ from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
     check_webhook_parameter,
+    refuse_own_crew_webhook,
     resume_webhook_addresses,
     try_number,
     why_answer_is_outdated,
@@ -303,7 +304,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
         if moved_on:
             return self._not_sent(record, moved_on)
-        self._refuse_own_crew_webhook(hook)
+        refuse_own_crew_webhook(self, hook.config)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
         try:
             result = kept.resume.send(

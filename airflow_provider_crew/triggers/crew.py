@@ -15,7 +15,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from airflow_provider_crew import metrics
-from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state
+from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state, warm_execution_api
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.end_metrics import wait_ended
@@ -108,48 +108,6 @@ def first_poll_delay(
     if pacer is not None:
         delay = pacer.delay(delay, asyncio.get_running_loop().time())
     return max(0.0, min(delay, deadline - now))
-
-
-# Airflow builds a triggerer's in-process execution API (its Cadwyn versioned routes) on the first
-# request that reaches it: 3-5 s here, during which the triggerer answers none of its triggers'
-# requests. Without this, that first request is the XCom push of the first trigger that ends its task.
-# Measured on 3.3.2 (docs/performance.md); delete it once Airflow builds that API when the triggerer
-# starts.
-_execution_api_warmed = False
-_background: set[asyncio.Task[None]] = set()
-
-
-def warm_execution_api(task_instance: Any) -> None:
-    """Once per triggerer process, in the background: ask Airflow for ``task_instance``'s state, so
-    that the in-process execution API is built before a trigger needs it. Never raises; does nothing
-    outside a task-SDK process (no supervisor comms) or where the call does not exist."""
-    global _execution_api_warmed
-    if _execution_api_warmed or task_instance is None:
-        return
-    _execution_api_warmed = True
-    try:
-        from airflow.sdk.execution_time import task_runner
-
-        if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
-            return
-        task = asyncio.get_running_loop().create_task(_warm(task_instance))
-    except Exception as error:  # pragma: no cover - every supported Airflow has both
-        logging.getLogger(__name__).debug("Not warming the execution API: %r", error)
-        return
-    _background.add(task)  # a reference, so that the task is not collected while it runs
-    task.add_done_callback(_background.discard)
-
-
-async def _warm(ti: Any) -> None:
-    from asgiref.sync import sync_to_async
-
-    started = time.monotonic()
-    try:
-        await sync_to_async(task_instance_state)(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-    except Exception as error:
-        logging.getLogger(__name__).debug("Warming the execution API failed: %r", error)
-    else:
-        logging.getLogger(__name__).debug("Execution API warmed in %.1f s.", time.monotonic() - started)
 
 
 class CrewStatusTrigger(BaseTrigger):

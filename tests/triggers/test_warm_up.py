@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from airflow_provider_crew import _compat
 from airflow_provider_crew.triggers import crew as trigger_module
 from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 
@@ -22,7 +23,7 @@ def fresh_triggerer(monkeypatch):
     """A triggerer process that has not warmed its API yet, with supervisor comms."""
     from airflow.sdk.execution_time import task_runner
 
-    monkeypatch.setattr(trigger_module, "_execution_api_warmed", False)
+    monkeypatch.setattr(_compat, "_execution_api_warmed", False)
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
 
 
@@ -41,7 +42,7 @@ def trigger(kickoff_id: str) -> CrewStatusTrigger:
 
 
 async def warm_ups_done() -> None:
-    await asyncio.gather(*trigger_module._background)
+    await asyncio.gather(*_compat._background)
 
 
 async def test_the_first_trigger_to_run_warms_the_api_once_without_holding_its_first_poll(monkeypatch):
@@ -57,7 +58,7 @@ async def test_the_first_trigger_to_run_warms_the_api_once_without_holding_its_f
         polls_planned.append(args)
         return 60.0
 
-    monkeypatch.setattr(trigger_module, "task_instance_state", slow_state)
+    monkeypatch.setattr(_compat, "task_instance_state", slow_state)
     monkeypatch.setattr(trigger_module, "first_poll_delay", first_poll_delay)
     for n in range(3):
         with pytest.raises(TimeoutError):
@@ -67,7 +68,7 @@ async def test_the_first_trigger_to_run_warms_the_api_once_without_holding_its_f
     release.set()
     await warm_ups_done()
     assert asked == [("d", "r", "kickoff", -1)]
-    trigger_module.warm_execution_api(TI)
+    _compat.warm_execution_api(TI)
     await warm_ups_done()
     assert len(asked) == 1
 
@@ -76,23 +77,23 @@ async def test_a_failed_warm_up_raises_nothing_and_says_so_at_debug(monkeypatch,
     def unanswered(*args):
         raise AttributeError("RuntimeTaskInstance has no get_task_states")  # an Airflow without it
 
-    monkeypatch.setattr(trigger_module, "task_instance_state", unanswered)
-    with caplog.at_level(logging.DEBUG, logger=trigger_module.__name__):
-        trigger_module.warm_execution_api(TI)
+    monkeypatch.setattr(_compat, "task_instance_state", unanswered)
+    with caplog.at_level(logging.DEBUG, logger=_compat.__name__):
+        _compat.warm_execution_api(TI)
         await warm_ups_done()
 
     assert "Warming the execution API failed: AttributeError" in caplog.text
-    assert [r.levelno for r in caplog.records if r.name == trigger_module.__name__] == [logging.DEBUG]
+    assert [r.levelno for r in caplog.records if r.name == _compat.__name__] == [logging.DEBUG]
 
 
 async def test_nothing_is_asked_outside_a_task_sdk_process_or_without_a_task_instance(monkeypatch):
     from airflow.sdk.execution_time import task_runner
 
     asked = []
-    monkeypatch.setattr(trigger_module, "task_instance_state", lambda *args: asked.append(args))
-    trigger_module.warm_execution_api(None)
+    monkeypatch.setattr(_compat, "task_instance_state", lambda *args: asked.append(args))
+    _compat.warm_execution_api(None)
     monkeypatch.delattr(task_runner, "SUPERVISOR_COMMS")
-    trigger_module.warm_execution_api(TI)
+    _compat.warm_execution_api(TI)
     await warm_ups_done()
 
     assert asked == []
