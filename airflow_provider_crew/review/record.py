@@ -120,15 +120,21 @@ class RoundRetry:
 
     def first_to_count(self, given: Mapping[str, Any] | None) -> bool:
         """Whether this try is the first to count this answer (``None``: nobody answered) in the
-        metrics: a retry that collects the answer an earlier try took does not count it again."""
+        metrics: a retry that collects the answer an earlier try took does not count it again.
+
+        Not when the record cannot be written: on 3.3 that is a try Airflow has already ended (the
+        answer landed before the scheduler handled the parking, apache/airflow#72716: "Task instance
+        not found"), whose retry collects the answer and counts it.
+        """
         taken = str(given.get("responded_at")) if given else "nobody answered"
         try:
             kept = self.resume.records.get(COUNTED_RECORD_KEY)
             if kept is not None and kept.get("answer") == taken:
                 return False
             self.resume.records.set(COUNTED_RECORD_KEY, {"answer": taken})
-        except Exception as error:  # then count it: a metric twice is better than an error
-            self.log.warning("Could not keep that round %d's answer is counted: %s", self.round_number, error)
+        except Exception as error:
+            self.log.warning("Round %d's answer is not counted here: %s", self.round_number, error)
+            return False
         return True
 
     def applied_by_earlier_try(self) -> RoundRecord | None:

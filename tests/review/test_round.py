@@ -786,3 +786,8 @@ def test_an_answer_is_counted_once_in_the_metrics_also_when_a_retry_collects_it(
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: None)
     no_store = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
     assert no_store.first_to_count(given) and no_store.first_to_count(given)
+
+    # A try Airflow already ended (the answer landed before the parking was handled): its retry counts.
+    monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
+    ended = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
+    assert not ended.first_to_count(given)
