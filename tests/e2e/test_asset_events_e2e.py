@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, wait_for
+from .airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, running_stack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -43,21 +43,11 @@ def asset_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airf
         service = stack.enter_context(LocalCrewService([CREW]))
         env = {**metadata_database(stack), **FAST_SETTLE}
         env.update(service.connection_env("crew_assets", crew="assets", execution_url_template=PAGE))
-        airflow = AirflowStack(tmp / "home", dags, env)
-        try:
-            airflow.migrate()
-            airflow.start()
-            for dag_id in ("asset_producer", "asset_consumer", "asset_consumer_started"):
-                airflow.wait_for_dag(dag_id)
-            for dag_id in ("asset_consumer", "asset_consumer_started"):
+        dag_ids = ("asset_producer", "asset_consumer", "asset_consumer_started")
+        with running_stack(tmp / "home", dags, env, dag_ids) as airflow:
+            for dag_id in dag_ids[1:]:
                 airflow.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
             yield airflow, service
-        except BaseException:
-            for component in airflow.processes:
-                print(f"----- {component} -----\n{airflow.log_tail(component, 6000)}")
-            raise
-        finally:
-            airflow.stop()
 
 
 def consumer_extra(airflow: AirflowStack, dag_id: str) -> dict[str, Any] | None:
