@@ -28,7 +28,7 @@ import requests
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 
-from ..e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, wait_for
+from ..e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, running_stack, wait_for
 from ..e2e.test_stop_e2e import deferred_in_triggerer
 from .receivers import Senders
 
@@ -160,21 +160,11 @@ def metrics_stack(
                     "password": HUMAN_WEBHOOK_TOKEN,
                 }
             )
-        airflow = AirflowStack(tmp / "home", dags, env)
-        airflow.patience = 60.0
-        try:
-            airflow.migrate()
-            airflow.start()
+        dag_ids = DAG_IDS + ([REVIEW_DAG] if review else [])
+        with running_stack(tmp / "home", dags, env, dag_ids) as airflow:
+            # A sample is named by its sender when it is read: one received before this still is.
             senders.components.update({p.pid: name for name, p in airflow.processes.items()})
-            for dag_id in DAG_IDS + ([REVIEW_DAG] if review else []):
-                airflow.wait_for_dag(dag_id)
             yield airflow, Services(main, no_stop, review)
-        except BaseException:
-            for component in airflow.processes:
-                print(f"----- {component} -----\n{airflow.log_tail(component, 6000)}")
-            raise
-        finally:
-            airflow.stop()
 
 
 # -- the scenario -----------------------------------------------------------------------------------
