@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
+from airflow_provider_crew.waiting.xcom import XCOM_EXECUTION_URL
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.types import TaskInstanceKey
@@ -20,8 +22,6 @@ if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
 
 log = logging.getLogger(__name__)
-
-XCOM_EXECUTION_URL = "execution_url"
 
 
 def web_address(value: Any) -> str | None:

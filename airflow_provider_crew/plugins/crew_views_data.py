@@ -12,10 +12,11 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_provider_crew.links.crew import XCOM_EXECUTION_URL, web_address
+from airflow_provider_crew.links.crew import web_address
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.xcom import (
+    XCOM_EXECUTION_URL,
     XCOM_HUMAN_INPUT,
     XCOM_KICKOFF_ID,
     XCOM_RESULT,

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_crew.waiting.rules import grown_interval
+
 if TYPE_CHECKING:
     from airflow_provider_crew.status import CrewStatus
 
@@ -129,12 +131,12 @@ def _number(value: Any) -> float | None:
 
 
 def wait_pace(first: float, longest: float, elapsed: float) -> float:
-    """The interval a wait polls at after ``elapsed`` seconds: it starts at ``first`` and grows by half
-    each poll up to ``longest`` (``waiting.rules.next_poll_interval``, without its jitter)."""
+    """The interval a wait polls at after ``elapsed`` seconds: it starts at ``first`` and grows as the
+    wait's does (without its jitter) up to ``longest``."""
     interval, spent = first, 0.0
     while spent + interval < elapsed and interval < longest:
         spent += interval
-        interval = min(longest, interval * 1.5)
+        interval = grown_interval(interval, longest)
     return interval
 
 

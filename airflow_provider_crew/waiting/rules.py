@@ -163,9 +163,14 @@ def is_permanent(error: CrewError) -> bool:
     )
 
 
+def grown_interval(current: float, maximum: float) -> float:
+    """The interval after ``current``: half as long again, up to the maximum."""
+    return min(maximum, current * 1.5)
+
+
 def next_poll_interval(current: float, maximum: float) -> float:
-    """Grow the interval by half each poll up to the maximum, with jitter so waits spread out."""
-    grown = min(maximum, current * 1.5)
+    """The next poll's interval: :func:`grown_interval`, with jitter so waits spread out."""
+    grown = grown_interval(current, maximum)
     return max(0.05, random.uniform(grown * 0.8, grown))
 
 

@@ -19,6 +19,8 @@ XCOM_KICKOFF_ID = "kickoff_id"
 XCOM_KICKED_OFF_AT = "kicked_off_at"
 XCOM_WEBHOOKS = "webhooks"
 XCOM_RESUME = "resume"
+# The execution's page, pushed as soon as a task knows it; the "Crew execution" link reads it.
+XCOM_EXECUTION_URL = "execution_url"
 # What the review's tasks push: a round its request, the result task every round's record.
 XCOM_REVIEW_REQUEST = "review_request"
 XCOM_REVIEW_HISTORY = "review_history"

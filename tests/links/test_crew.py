@@ -24,8 +24,9 @@ from airflow_provider_crew.connection import (
 )
 from airflow_provider_crew.connection_form import CONN_FIELDS
 from airflow_provider_crew.exceptions import CrewConfigurationError
-from airflow_provider_crew.links.crew import XCOM_EXECUTION_URL, CrewExecutionLink
+from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.testing.dag_runs import DagRun, airflow_env, dags_test, migrate_db
+from airflow_provider_crew.waiting.xcom import XCOM_EXECUTION_URL
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = REPO / "tests" / "integration" / "dags" / "crew_lineage.py"
