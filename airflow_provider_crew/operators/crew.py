@@ -273,14 +273,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         record.records.delete(self.LEGACY_CLAIM_KEY)
 
     def _kickoff_record(self, context: Context) -> PaidPost:
-        return PaidPost(
-            context,
-            key=self.RECORD_KEY,
-            request="POST /kickoff",
-            kind="kickoff",
-            timeout=self.timeout,
-            log=self.log,
-        )
+        return PaidPost(context, self, key=self.RECORD_KEY, kind="kickoff")
 
     def _kickoff(self, context: Context, hook: CrewHook, record: PaidPost) -> str:
         assert isinstance(self.inputs, Mapping)

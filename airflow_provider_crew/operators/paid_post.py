@@ -114,35 +114,30 @@ class PaidPost:
     """The record of one paid POST of a run (module docstring): read it, then send through it.
 
     :param context: The task's context.
+    :param task: The task sending it: its wait ``timeout`` in seconds (how long the record is kept) and
+        its ``log``.
     :param key: The record's key in the task state store.
-    :param request: The request, for messages ("POST /kickoff").
     :param kind: The ``request`` tag of ``crew.paid_post.unknown_outcome``: ``kickoff``, ``resume`` or
         ``review``.
-    :param timeout: The task's wait ``timeout`` in seconds (how long the record is kept).
-    :param log: The task's logger.
-    :param execution_id: The execution a resume is about; a record about another one reads as absent.
+    :param execution_id: The execution a resume is about (a record about another one reads as absent);
+        None for a kickoff.
     """
 
     #: How long to keep writing "sent" while Airflow's API server is overloaded (its writes time out).
     patience = 120.0
 
     def __init__(
-        self,
-        context: Context,
-        *,
-        key: str,
-        request: str,
-        kind: str,
-        timeout: float,
-        log: Any,
-        execution_id: str | None = None,
+        self, context: Context, task: Any, *, key: str, kind: str, execution_id: str | None = None
     ) -> None:
-        self.records = RetryRecords(context, timeout)
+        self.records = RetryRecords(context, task.timeout)
         self.key = key
-        self.request = request
+        #: The request, for messages.
+        self.request = (
+            "POST /kickoff" if execution_id is None else f"POST /resume to crew execution {execution_id}"
+        )
         self.kind = kind
         self.task = metrics.task_tags(context["ti"])
-        self.log = log
+        self.log = task.log
         self.execution_id = execution_id
 
     @property

@@ -190,15 +190,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         refuse_own_crew_webhook(self, hook.config)
         self._follow_execution(context, hook, execution_id)  # the execution link and lineage
-        record = PaidPost(
-            context,
-            key=self.ANSWER_KEY,
-            request=f"POST /resume to crew execution {execution_id}",
-            kind="resume",
-            timeout=self.timeout,
-            log=self.log,
-            execution_id=execution_id,
-        )
+        record = PaidPost(context, self, key=self.ANSWER_KEY, kind="resume", execution_id=execution_id)
         answer = self._sent_before(context, hook, record)
         if answer is None:
             answer = self._send(context, hook, record)

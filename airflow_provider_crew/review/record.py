@@ -92,15 +92,7 @@ class RoundRetry:
         self.round_number = task.round_number
         self.log = task.log
         #: The record of this round's ``POST /resume`` to the execution (kept ``timeout`` and a week).
-        self.resume = PaidPost(
-            context,
-            key=APPLIED_RECORD_KEY,
-            request=f"POST /resume to crew execution {kickoff_id}",
-            kind="review",
-            timeout=task.timeout,
-            log=task.log,
-            execution_id=kickoff_id,
-        )
+        self.resume = PaidPost(context, task, key=APPLIED_RECORD_KEY, kind="review", execution_id=kickoff_id)
 
     def keep_asked(self, status: CrewStatus) -> None:
         """Keep what this try asks about; a failed write only means a retry asks again."""
