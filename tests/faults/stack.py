@@ -51,7 +51,6 @@ class FaultStack(AirflowStack):
                 **LOAD_SETTINGS,
                 "AIRFLOW__CORE__PARALLELISM": str(parallelism),
                 "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(max(parallelism, 16)),
-                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
                 **env,
             },
         )
