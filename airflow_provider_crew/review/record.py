@@ -129,8 +129,10 @@ class RoundRetry:
             return False
         return True
 
-    def applied_by_earlier_try(self) -> RoundRecord | None:
-        """The round's record, when an earlier try of this run sent its answer to this execution."""
+    def applied_by_earlier_try(self) -> tuple[RoundRecord, ReviewRequest | None] | None:
+        """The round's record and the request it answered, when an earlier try of this run sent its
+        answer to this execution. The request is kept for the retry's XCom: Airflow clears a task's
+        XComs when a new try starts."""
         kept = self.resume.earlier() or {}
         record = kept.get("record")
         if not isinstance(record, dict):
@@ -146,7 +148,7 @@ class RoundRetry:
             record.get("answer"),
             self.kickoff_id,
         )
-        return record  # type: ignore[return-value]
+        return record, kept.get("request")  # type: ignore[return-value]
 
 
 __all__ = [

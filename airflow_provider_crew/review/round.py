@@ -139,7 +139,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         kept = RoundRetry(context, kickoff_id, self)
         applied = kept.applied_by_earlier_try()
         if applied is not None:
-            return applied
+            record, asked = applied
+            if asked is not None:
+                context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=asked)
+            return record
         # Usually over at the first read (the sensor before the round saw the pause); else _wait defers.
         result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
         return self._on_crew_result(context, kept, result)
@@ -294,11 +297,14 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                     "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
                 )
         record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, kept, record)
+        return self._send(context, kept, record, asked)
 
-    def _send(self, context: Context, kept: RoundRetry, record: RoundRecord) -> RoundRecord:
-        """Resume the execution with the answer (recorded in ``kept.resume``), unless it no longer waits on
-        the reviewed output; ``record`` is returned marked applied, or with a note why not."""
+    def _send(
+        self, context: Context, kept: RoundRetry, record: RoundRecord, asked: ReviewRequest | dict[str, Any]
+    ) -> RoundRecord:
+        """Resume the execution with the answer (recorded in ``kept.resume`` with the request ``asked``),
+        unless it no longer waits on the reviewed output; ``record`` is returned marked applied, or with
+        a note why not."""
         kickoff_id, crew_task_id, output = kept.kickoff_id, record["crew_task_id"], record["output"]
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
@@ -311,8 +317,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 lambda: hook.resume(
                     kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
                 ),
-                claim={"record": {**record, "applied": True}},
-                sent=lambda result: {"record": self._applied(record, result)},
+                claim={"record": {**record, "applied": True}, "request": asked or None},
+                sent=lambda result: {"record": self._applied(record, result), "request": asked or None},
             )
         except CrewBadRequestError as error:
             return self._not_sent(

@@ -599,16 +599,28 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
-    record = review(op, ti_asked(kickoff_id, status), answer("Approve"), kickoff_id, status)
+    asked = ti_asked(kickoff_id, status)
+    record = review(op, asked, answer("Approve"), kickoff_id, status)
     assert record["applied"]
-    kept = {"kickoff_id": kickoff_id, "record": record, "state": "sent", "max_tries": None}
+    request = asked.xcom["review_request"]
+    kept = {
+        "kickoff_id": kickoff_id,
+        "record": record,
+        "request": request,
+        "state": "sent",
+        "max_tries": None,
+    }
     assert store.values[review_record.APPLIED_RECORD_KEY] == kept
 
     # Airflow failed the try after the answer was applied; the retry must not wait for a pause that
-    # will not come and skip, losing who approved: it returns the record of the earlier try.
+    # will not come and skip, losing who approved: it returns the record of the earlier try. Airflow
+    # cleared the earlier try's XComs as the retry started: the request the reviewer answered is
+    # pushed again, so XCom review_request still holds it.
     retry = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     monkeypatch.setattr(retry, "_wait", lambda *args, **kwargs: pytest.fail("the retry waited again"))
-    assert retry.execute(context(FakeTI("round_1", try_number=2))) == record
+    retried = FakeTI("round_1", try_number=2)
+    assert retry.execute(context(retried)) == record
+    assert retried.xcom["review_request"] == request
     assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
 
 
