@@ -163,12 +163,10 @@ def review_in_ui(
     steps: Steps | None,
     airflow: AirflowStack,
     run_ids: list[str],
-    opened_at: dict[tuple[str, int], float] | None = None,
 ) -> dict[str, dict[int, list[str]]]:
     """Answer every open request of the runs in the UI, as soon as it can be answered, until all end.
 
     A round asked again (its retry, after Airflow failed it, docs/human-review.md) is answered again.
-    :param opened_at: Filled with when each (run, round) request was first seen open (epoch seconds).
     :return: Per run and round, the text of each request answered.
     """
     seen: dict[str, dict[int, list[str]]] = {run_id: {} for run_id in run_ids}
@@ -181,8 +179,6 @@ def review_in_ui(
                 pending.remove(run_id)
                 continue
             for round_number in open_rounds(airflow, run_id):
-                if opened_at is not None:
-                    opened_at.setdefault((run_id, round_number), time.time())
                 shoot = steps if run_id == run_ids[0] and round_number not in seen[run_id] else None
                 text = answer_in_ui(page, shoot, airflow, run_id, round_number)
                 if text is not None:
@@ -216,8 +212,7 @@ def test_reviewer_requests_changes_then_approves_in_the_ui(stack, steps):
     page = steps.page
     log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
 
-    opened_at: dict[tuple[str, int], float] = {}
-    seen = review_in_ui(page, steps, airflow, [run_id], opened_at)[run_id]
+    seen = review_in_ui(page, steps, airflow, [run_id])[run_id]
     first, second = seen[1][0], seen[2][0]
     for text in (
         "Review crew task draft_task (round 1 of 3)",
@@ -258,7 +253,7 @@ def test_reviewer_requests_changes_then_approves_in_the_ui(stack, steps):
         (True, APPROVAL),
     ]
     # The reviewer's wait: round 2's request opens within 10 s of the crew pausing on the redone draft.
-    redo_to_request = opened_at[(run_id, 2)] - execution["paused_at"]
+    redo_to_request = airflow.hitl_opened_at(DAG_ID, run_id, "review.round_2") - execution["paused_at"]
     print(f"round 2 asked {redo_to_request:.1f}s after the crew paused again")
     assert 0 <= redo_to_request <= 10, redo_to_request
     history = airflow.xcom(DAG_ID, run_id, "review.result", key="review_history")

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -388,6 +389,12 @@ class AirflowStack:
 
     def hitl_path(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
         return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+
+    def hitl_opened_at(self, dag_id: str, run_id: str, task_id: str) -> float:
+        """When Airflow wrote the task's request for an answer (epoch seconds): the moment a person
+        could answer it, without the lag of whoever looked for it."""
+        detail = self.api("GET", self.hitl_path(dag_id, run_id, task_id))
+        return datetime.fromisoformat(detail["created_at"].replace("Z", "+00:00")).timestamp()
 
     def log_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Path:
         """Where Airflow writes a task instance's logs: ``attempt=N.log`` per try, and its trigger's

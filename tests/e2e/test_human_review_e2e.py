@@ -122,7 +122,6 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
     answered again the same way; ``asked`` counts how often each round was answered.
     """
     seen: dict[int, dict[str, Any]] = {}
-    seen_at: dict[int, float] = {}  # when each round's request could first be answered (epoch seconds)
     asked: dict[int, int] = {}
     deadline = time.monotonic() + ROUND_TIMEOUT * 3
 
@@ -131,7 +130,7 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
         state = airflow.dag_run_state(DAG_ID, run_id)
         if state in ("success", "failed"):
             assert state == "success", airflow.task_states(DAG_ID, run_id)
-            return {"run_id": run_id, "first": seen[1], "second": seen[2], "asked": asked, "seen_at": seen_at}
+            return {"run_id": run_id, "first": seen[1], "second": seen[2], "asked": asked}
         assert time.monotonic() < deadline, (
             f"run {run_id} still {state}: {airflow.task_states(DAG_ID, run_id)}"
         )
@@ -140,7 +139,6 @@ def _answer_rounds(airflow: AirflowStack, run_id: str) -> dict[str, Any]:
             if detail is None:
                 continue
             seen.setdefault(round_number, detail)
-            seen_at.setdefault(round_number, time.time())
             asked[round_number] = asked.get(round_number, 0) + 1
             airflow.api(
                 "PATCH",
@@ -181,7 +179,7 @@ def test_reviewer_rejects_once_then_approves_in_airflow(stack):
     # though no task watched the crew from a worker: the sensor review.wait_2 waited deferred and
     # ended at the pause (its trigger ended it, or it found the pause at its first read), and each
     # round asked at its first status read, deferring (3.1-3.2) only to wait for the answer.
-    redo_to_request = seen["seen_at"][2] - execution["paused_at"]
+    redo_to_request = airflow.hitl_opened_at(DAG_ID, run_id, "review.round_2") - execution["paused_at"]
     print(f"e2e review loop: round 2 asked {redo_to_request:.1f}s after the crew paused again")
     assert 0 <= redo_to_request <= 10, redo_to_request
     for number in (1, 2):
