@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 from airflow_provider_crew.testing.dag_runs import DEFAULT_HUMAN_WEBHOOK_TOKEN as HUMAN_WEBHOOK_TOKEN
@@ -113,13 +116,55 @@ def test_human_review_loop_with_webhooks_carried_over(run_dag, crew_service, def
     assert crew_done[0].json["kickoff_id"] == kickoff_id
 
 
+# Lines a successful run must not print: asyncio's complaints about unclosed aiohttp sessions or
+# abandoned tasks, and any warning or error logged by the provider itself.
+SESSION_NOISE = (
+    "Unclosed client session",
+    "Unclosed connector",
+    "Task was destroyed but it is pending",
+    "Task exception was never retrieved",
+)
+PROVIDER_WARNING = re.compile(
+    r"\[(warning|error)\s*\].*\[(airflow_provider_crew[\w.]*|asyncio)\]", re.IGNORECASE
+)
+
+# Loaded into the `airflow dags test` process (sitecustomize): when it exits, it writes down how
+# many aiohttp sessions are still open. asyncio only complains about an unclosed session when the
+# garbage collector reaches it, which may be never before the process ends; this count does not
+# depend on that.
+SESSION_PROBE = """
+import atexit, gc, os, sys
+
+def _count_open_sessions():
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None or "airflow_provider_crew.hooks.crew" not in sys.modules:
+        return
+    gc.collect()
+    sessions = [o for o in gc.get_objects() if type(o) is aiohttp.ClientSession]
+    with open(os.environ["CREW_SESSION_PROBE"], "a") as out:
+        out.write(f"{sum(1 for s in sessions if not s.closed)} open of {len(sessions)}\\n")
+
+atexit.register(_count_open_sessions)
+"""
+
+
 @SLOW_ENOUGH_TO_DEFER
 @pytest.mark.parametrize("deferrable", MODES)
-def test_mapped_fan_out(run_dag, crew_service, deferrable):
-    run = run_dag("example_crew_mapped", deferrable=deferrable)
+def test_mapped_fan_out(run_dag, crew_service, deferrable, tmp_path):
+    """Deferred, it also shows the shared aiohttp session's lifetime: ``airflow dags test`` runs each
+    deferred trigger in its own ``asyncio.run`` loop, and the session is closed inside that loop as it
+    ends, not left open after the loop is gone."""
+    (tmp_path / "sitecustomize.py").write_text(SESSION_PROBE)
+    probe = tmp_path / "sessions.txt"
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    run = run_dag(
+        "example_crew_mapped",
+        deferrable=deferrable,
+        extra_env={"PYTHONPATH": pythonpath, "CREW_SESSION_PROBE": str(probe)},
+    )
 
     assert run.state == "success", run.stdout[-3000:]
-    assert_waited_as_configured(run, deferrable)
+    assert_waited_as_configured(run, deferrable)  # deferred: the three mapped waits, each in its own loop
     collected = run.xcom("collect")
     assert sorted(collected) == ["glaciers", "tides", "volcanoes"]
     for index, topic in enumerate(["tides", "glaciers", "volcanoes"]):
@@ -128,6 +173,11 @@ def test_mapped_fan_out(run_dag, crew_service, deferrable):
         assert collected[topic] == run.xcom("research", key="result", map_index=index)
         assert topic in collected[topic]
     assert crew_service.request_count("kickoff") == 3
+    if deferrable:
+        assert probe.read_text() == "0 open of 0\n"  # closed, and not kept alive by the shared-session map
+    for noise in SESSION_NOISE:
+        assert noise not in run.stdout, run.stdout[-3000:]
+    assert [line for line in run.stdout.splitlines() if PROVIDER_WARNING.search(line)] == []
 
 
 @SLOW_ENOUGH_TO_DEFER

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import socket
 import time
@@ -638,59 +637,3 @@ async def test_aget_status_learns_the_deployed_form(crew_service, connect):
 
     assert crew_service.counters["status_paths"] == {"contract": 1, "deployed": 2}
     assert LEARNED_STATUS_PATHS == {crew_service.base_url: StatusPathStyle.DEPLOYED}
-
-
-# -- the shared session's lifetime in a real run --------------------------------------------------------
-
-# Lines a successful run must not print: asyncio's complaints about unclosed aiohttp sessions or
-# abandoned tasks, and any warning or error logged by the provider itself.
-SESSION_NOISE = (
-    "Unclosed client session",
-    "Unclosed connector",
-    "Task was destroyed but it is pending",
-    "Task exception was never retrieved",
-)
-PROVIDER_WARNING = re.compile(
-    r"\[(warning|error)\s*\].*\[(airflow_provider_crew[\w.]*|asyncio)\]", re.IGNORECASE
-)
-
-# Loaded into the `airflow dags test` process (sitecustomize): when it exits, it writes down how
-# many aiohttp sessions are still open. asyncio only complains about an unclosed session when the
-# garbage collector reaches it, which may be never before the process ends; this count does not
-# depend on that.
-SESSION_PROBE = """
-import atexit, gc, os, sys
-
-def _count_open_sessions():
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is None or "airflow_provider_crew.hooks.crew" not in sys.modules:
-        return
-    gc.collect()
-    sessions = [o for o in gc.get_objects() if type(o) is aiohttp.ClientSession]
-    with open(os.environ["CREW_SESSION_PROBE"], "a") as out:
-        out.write(f"{sum(1 for s in sessions if not s.closed)} open of {len(sessions)}\\n")
-
-atexit.register(_count_open_sessions)
-"""
-
-
-@pytest.mark.crew_service(speed=0.05)  # steps of 1 s, so that the mapped waits really defer
-def test_a_deferrable_dags_test_closes_its_sessions_and_prints_no_warning(run_dag, crew_service, tmp_path):
-    """``airflow dags test`` runs each deferred trigger in its own ``asyncio.run`` loop. The shared
-    aiohttp session is closed inside that loop as it ends, not left open after the loop is gone."""
-    (tmp_path / "sitecustomize.py").write_text(SESSION_PROBE)
-    probe = tmp_path / "sessions.txt"
-    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-
-    run = run_dag(
-        "example_crew_mapped",
-        deferrable=True,
-        extra_env={"PYTHONPATH": pythonpath, "CREW_SESSION_PROBE": str(probe)},
-    )
-
-    assert run.state == "success", run.stdout[-3000:]
-    assert "CrewStatusTrigger" in run.stdout  # the three mapped waits were deferred, each in its own loop
-    assert probe.read_text() == "0 open of 0\n"  # closed, and not kept alive by the shared-session map
-    for noise in SESSION_NOISE:
-        assert noise not in run.stdout, run.stdout[-3000:]
-    assert [line for line in run.stdout.splitlines() if PROVIDER_WARNING.search(line)] == []
