@@ -194,12 +194,21 @@ def test_a_kickoff_marked_failed_right_after_it_defers_is_stopped_once(listener_
     run_id, kickoff_id, ti = deferred_run(airflow, service, held=None)
     sent = mark(airflow, DAG_ID, run_id, "failed")
     holder = (ti.get("trigger") or {}).get("triggerer_id")
-    seconds = stopped_once(service, kickoff_id, sent)
-    # A triggerer started just now may hold its first loop 10-22 s on its first execution-API request.
+    # Held by then, it is its trigger's to stop, or else the listener's look-again's: a triggerer started
+    # just now holds its first loop on its first execution-API request (10-22 s here), and a trigger it
+    # has not started stops nothing when it is cancelled. In a local CI run on a loaded 3.0.6 no stop
+    # came within 30 s; the look-again's bound is the documented one.
+    seconds = stopped_once(service, kickoff_id, sent, timeout=BACKSTOP_SECONDS + 30)
     wait_for(lambda: trigger_gone(airflow, run_id), timeout=60, what="the trigger's end")
     assert service.stops.count(kickoff_id) == 1, service.stops
+    by = (
+        "the listener"
+        if f"Stopping crew execution {kickoff_id}" in airflow.log_tail("api-server", 500_000)
+        else "its trigger"
+    )
     print(
-        f"\nstop listener e2e: marked right after deferring (held: {bool(holder)}) -> stopped {seconds:.2f} s after"
+        f"\nstop listener e2e: marked right after deferring (held: {bool(holder)}) -> stopped {seconds:.2f} s"
+        f" after, by {by}"
     )
 
 
