@@ -57,6 +57,9 @@ DAG_IDS = (
 )
 TASK = "kickoff"
 RUN_TIMEOUT = 180
+# From a trigger of the DAG until a triggerer holds its kickoff's trigger: a scheduled task's start, a
+# kickoff, a status read and a triggerer's loop; seconds here, but once over 120 s on a loaded 3.0.6.
+DEFER_TIMEOUT = 180
 # A stop follows the user's action within this (a trigger is cancelled within the triggerer's loop, a
 # running task is killed at its next heartbeat); the figures are printed.
 STOP_TIMEOUT = 30
@@ -141,11 +144,18 @@ def start_deferred(
     read ``polls`` times (1: the task's read before deferring; 2: the trigger's first read too), return
     the run id, the task instance and the execution."""
     run_id = airflow.trigger(dag_id)
-    ti = wait_for(
-        lambda: deferred_in_triggerer(airflow, dag_id, run_id),
-        timeout=120,
-        what="the kickoff to defer to the triggerer",
-    )
+    try:
+        ti = wait_for(
+            lambda: deferred_in_triggerer(airflow, dag_id, run_id),
+            timeout=DEFER_TIMEOUT,
+            what="the kickoff to defer to the triggerer",
+        )
+    except TimeoutError as error:  # say where it stopped: once on a loaded 3.0.6 in CI, with no log kept
+        logs = "\n".join(f"----- {c} -----\n{airflow.log_tail(c, 6000)}" for c in ("scheduler", "triggerer"))
+        raise AssertionError(
+            f"{error}\ntask instance: {task_instance(airflow, dag_id, run_id)}\n"
+            f"task log:\n{airflow.task_log(dag_id, run_id, TASK)[-6000:]}\n{logs}"
+        ) from None
     execution = wait_for(
         lambda: waiting_execution(service, crew, polls=polls),
         timeout=30,
