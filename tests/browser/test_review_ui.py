@@ -184,7 +184,7 @@ def review_in_ui(
                 if text is not None:
                     seen[run_id].setdefault(round_number, []).append(text)
         if pending and time.monotonic() > deadline:
-            logs = "\n".join(f"----- {c} -----\n{airflow.log_tail(c)}" for c in ("scheduler", "triggerer"))
+            logs = airflow.scheduler_and_triggerer_logs()
             states = {run_id: airflow.task_states(DAG_ID, run_id) for run_id in pending}
             raise AssertionError(f"runs still going: {states}\n{logs}")
         time.sleep(1)  # the next look at the runs; the loop has its own deadline
@@ -200,7 +200,7 @@ def wait_for_run(airflow: AirflowStack, run_id: str, timeout: float = ROUND_TIME
     try:
         return wait_for(finished, timeout=timeout, what=f"DAG run {run_id} to finish")
     except TimeoutError as error:
-        logs = "\n".join(f"----- {c} -----\n{airflow.log_tail(c)}" for c in ("scheduler", "triggerer"))
+        logs = airflow.scheduler_and_triggerer_logs()
         raise AssertionError(f"{error}\ntask states: {airflow.task_states(DAG_ID, run_id)}\n{logs}") from None
 
 

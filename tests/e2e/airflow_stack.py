@@ -422,8 +422,12 @@ class AirflowStack:
                         f"----- {task_id} ({state}) -----\n{self.task_log(dag_id, run_id, task_id)[-tail:]}"
                     )
         if parts:
-            parts += [f"----- {c} -----\n{self.log_tail(c, tail)}" for c in ("scheduler", "triggerer")]
+            parts.append(self.scheduler_and_triggerer_logs(tail))
         return "\n".join(parts)
+
+    def scheduler_and_triggerer_logs(self, tail: int = 4000) -> str:
+        """For an assertion message: the end of the scheduler's and the triggerer's logs."""
+        return "\n".join(f"----- {c} -----\n{self.log_tail(c, tail)}" for c in ("scheduler", "triggerer"))
 
 
 @contextlib.contextmanager

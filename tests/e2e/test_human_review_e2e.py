@@ -108,7 +108,7 @@ def run_review(airflow: AirflowStack, service: Any) -> dict[str, Any]:
     try:
         return _answer_rounds(airflow, run_id)
     except (AssertionError, TimeoutError) as error:
-        logs = "\n".join(f"----- {c} -----\n{airflow.log_tail(c)}" for c in ("scheduler", "triggerer"))
+        logs = airflow.scheduler_and_triggerer_logs()
         raise AssertionError(f"{error}\ntask states: {airflow.task_states(DAG_ID, run_id)}\n{logs}") from None
 
 

@@ -151,10 +151,10 @@ def start_deferred(
             what="the kickoff to defer to the triggerer",
         )
     except TimeoutError as error:  # say where it stopped: once on a loaded 3.0.6 in CI, with no log kept
-        logs = "\n".join(f"----- {c} -----\n{airflow.log_tail(c, 6000)}" for c in ("scheduler", "triggerer"))
         raise AssertionError(
             f"{error}\ntask instance: {task_instance(airflow, dag_id, run_id)}\n"
-            f"task log:\n{airflow.task_log(dag_id, run_id, TASK)[-6000:]}\n{logs}"
+            f"task log:\n{airflow.task_log(dag_id, run_id, TASK)[-6000:]}\n"
+            f"{airflow.scheduler_and_triggerer_logs(6000)}"
         ) from None
     execution = wait_for(
         lambda: waiting_execution(service, crew, polls=polls),
