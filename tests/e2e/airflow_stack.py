@@ -396,6 +396,47 @@ class AirflowStack:
         detail = self.api("GET", self.hitl_path(dag_id, run_id, task_id))
         return datetime.fromisoformat(detail["created_at"].replace("Z", "+00:00")).timestamp()
 
+    def task_times(self, dag_id: str, run_id: str, task_id: str) -> tuple[float, float | None]:
+        """When a task instance's try started and ended (epoch seconds; no end while it runs)."""
+        ti = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+        start, end = (
+            datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+            for value in (ti["start_date"], ti["end_date"])
+        )
+        assert start is not None, ti
+        return start, end
+
+    def check_review_round_asked_at_the_pause(
+        self, dag_id: str, run_id: str, round_number: int, paused_at: float
+    ) -> None:
+        """A review round's request opens as soon as Airflow runs the round after the crew paused.
+
+        What the provider decides is asserted: the round's sensor (``review.wait_<n>``) ended within
+        10 s of the crew pausing while it watched (the bound of every wait), and the round asked at its
+        first status read, before any deferral. Between the sensor's end and the round's start is
+        Airflow's scheduler starting the next task, which a loaded machine slows by seconds: printed,
+        not bounded (CI read 11.6 s for the whole on a 2-core machine running three jobs).
+        """
+        wait_task, round_task = f"review.wait_{round_number}", f"review.round_{round_number}"
+        wait_started, wait_ended = self.task_times(dag_id, run_id, wait_task)
+        round_started, _ = self.task_times(dag_id, run_id, round_task)
+        asked = self.hitl_opened_at(dag_id, run_id, round_task)
+        assert wait_ended is not None, wait_task
+        print(
+            f"{round_task} asked {asked - paused_at:.1f}s after the crew paused: {wait_task} ended "
+            f"{wait_ended - paused_at:.1f}s after the pause (it started {wait_started - paused_at:+.1f}s "
+            f"from it), {round_task} started {round_started - wait_ended:.1f}s after that and asked "
+            f"{asked - round_started:.1f}s into its run"
+        )
+        sensed = wait_ended - max(paused_at, wait_started)
+        assert 0 <= sensed <= 10, f"{wait_task} ended {sensed:.1f}s after the pause it watched for"
+        log = self.task_log(dag_id, run_id, round_task)
+        asked_at, deferred_at = (
+            log.find(f"Review round {round_number}: crew execution"),
+            log.find("as DEFERRED"),
+        )
+        assert asked_at >= 0 and (deferred_at == -1 or asked_at < deferred_at), log
+
     def log_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Path:
         """Where Airflow writes a task instance's logs: ``attempt=N.log`` per try, and its trigger's
         beside it (``attempt=N.log.trigger.*.log``)."""
