@@ -6,8 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
-bash scripts/setup.sh >/dev/null
-"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[docs]"
+# CI installs the docs extra with its setup, before its jobs, and says so with CREW_SETUP_DONE=1: an
+# install here would reinstall the provider under the other jobs that run in the same environment.
+if [ "${CREW_SETUP_DONE:-}" != 1 ]; then
+  bash scripts/setup.sh >/dev/null
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[docs]"
+fi
 # A fresh build every time: an incremental one does not repeat the warnings of unchanged pages.
 rm -rf docs/_build/html docs/_build/doctrees
 "$VENV/bin/sphinx-build" -W --keep-going -q -b html docs docs/_build/html "$@"
