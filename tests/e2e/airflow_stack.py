@@ -88,6 +88,11 @@ def metadata_database(stack: contextlib.ExitStack) -> dict[str, str]:
     return {**settings, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": services.database_url}
 
 
+def epoch(stamp: str) -> float:
+    """An Airflow REST API timestamp (ISO 8601, ``Z`` or an offset) as epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -394,17 +399,13 @@ class AirflowStack:
         """When Airflow wrote the task's request for an answer (epoch seconds): the moment a person
         could answer it, without the lag of whoever looked for it."""
         detail = self.api("GET", self.hitl_path(dag_id, run_id, task_id))
-        return datetime.fromisoformat(detail["created_at"].replace("Z", "+00:00")).timestamp()
+        return epoch(detail["created_at"])
 
     def task_times(self, dag_id: str, run_id: str, task_id: str) -> tuple[float, float | None]:
         """When a task instance's try started and ended (epoch seconds; no end while it runs)."""
         ti = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
-        start, end = (
-            datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
-            for value in (ti["start_date"], ti["end_date"])
-        )
-        assert start is not None, ti
-        return start, end
+        assert ti["start_date"], ti
+        return epoch(ti["start_date"]), epoch(ti["end_date"]) if ti["end_date"] else None
 
     def check_review_round_asked_at_the_pause(
         self, dag_id: str, run_id: str, round_number: int, paused_at: float
@@ -430,11 +431,14 @@ class AirflowStack:
         )
         sensed = wait_ended - max(paused_at, wait_started)
         assert 0 <= sensed <= 10, f"{wait_task} ended {sensed:.1f}s after the pause it watched for"
-        log = self.task_log(dag_id, run_id, round_task)
-        asked_at, deferred_at = (
-            log.find(f"Review round {round_number}: crew execution"),
-            log.find("as DEFERRED"),
-        )
+        self.check_review_round_asked_at_its_first_read(dag_id, run_id, round_number)
+
+    def check_review_round_asked_at_its_first_read(self, dag_id: str, run_id: str, round_number: int) -> None:
+        """A round that started after the pause asks at its first status read: its one deferral, if
+        any, waits for the answer (3.1-3.2), after the request (from the round's task log)."""
+        log = self.task_log(dag_id, run_id, f"review.round_{round_number}")
+        asked_at = log.find(f"Review round {round_number}: crew execution")
+        deferred_at = log.find("as DEFERRED")
         assert asked_at >= 0 and (deferred_at == -1 or asked_at < deferred_at), log
 
     def log_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Path:

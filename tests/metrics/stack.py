@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -28,7 +27,7 @@ import requests
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 
-from ..e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, running_stack, wait_for
+from ..e2e.airflow_stack import FAST_SETTLE, AirflowStack, epoch, metadata_database, running_stack, wait_for
 from ..e2e.test_stop_e2e import deferred_in_triggerer
 from .receivers import Senders
 
@@ -281,10 +280,6 @@ def finish(airflow: AirflowStack, run: Run) -> None:
     if run.tasks.get(TASK) == "success":
         run.kickoff_id = airflow.xcom(run.dag_id, run.run_id, TASK)
         run.usage = airflow.xcom(run.dag_id, run.run_id, TASK, key="usage")
-
-
-def epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 # -- the review: "Request changes" in round 1, "Approve" in round 2, each at once -------------------

@@ -27,9 +27,10 @@ import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 
+from ..e2e.airflow_stack import epoch
 from .expected import LAG_SLACK_MS, documented_metrics, legacy, tagged
 from .receivers import Senders, StatsdListener
-from .stack import REFUSING_HANDLER, REVIEW_DAG, TASK, Scenario, epoch, metrics_stack, run_scenario
+from .stack import REFUSING_HANDLER, REVIEW_DAG, TASK, Scenario, metrics_stack, run_scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
