@@ -1,4 +1,4 @@
-"""The main job: a crew's draft reviewed in Airflow, end to end, against the bundled local crew service.
+"""Run the provider's demo: a crew's draft reviewed in Airflow, end to end, against a local crew service.
 
 By default (Airflow 3.1+) it starts a real Airflow in ``.demo/airflow`` (api-server, scheduler with
 the LocalExecutor, dag-processor and triggerer; SQLite), runs ``example_crew_review_in_airflow`` and
@@ -11,6 +11,10 @@ and waits while you review in the browser (Ctrl-C stops everything).
 
 ``--scripted`` (and Airflow 3.0, which has no human-in-the-loop) runs ``example_crew_human_review``
 with ``airflow dags test`` instead, where two ``CrewResumeOperator`` tasks play the reviewer.
+
+``--home`` chooses another AIRFLOW_HOME. The demo deletes and recreates its home on each run, so it
+only takes a folder that is new, empty or made by an earlier demo run (it has the ``.crew-demo-home``
+marker file); the DAGs folder is inside the home. Anything else is refused before anything is touched.
 """
 
 from __future__ import annotations
@@ -47,6 +51,18 @@ BODY_LINES = 40  # of each request's body printed; the whole body is in the UI
 # the round and its retry asks again. The pause plays the reader, so the demo shows the usual path.
 READING_SECONDS = 3.0
 
+DEFAULT_HOME = REPO / ".demo" / "airflow"  # the repository's own (git-ignored): recreated freely
+# Written in each home the demo makes: the demo deletes only a home that has it (or the default).
+HOME_MARKER = ".crew-demo-home"
+HOME_MARKER_TEXT = (
+    "This folder was made by the airflow_provider_crew demo (scripts/demo.py) as its AIRFLOW_HOME.\n"
+    "The demo deletes and recreates it on each run that uses it as --home.\n"
+)
+
+
+class HomeRefused(Exception):
+    """The ``--home`` given is a folder the demo did not make: it will not delete it."""
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(
@@ -60,18 +76,67 @@ def main() -> int:
         "--blocking", action="store_true", help="with --scripted: wait in the worker instead of deferring"
     )
     parser.add_argument(
-        "--home", type=Path, default=REPO / ".demo" / "airflow", help="AIRFLOW_HOME to (re)create"
+        "--home",
+        type=Path,
+        default=DEFAULT_HOME,
+        help=(
+            "the folder the demo uses as AIRFLOW_HOME (its database, logs and DAGs folder; default: "
+            ".demo/airflow in the repository). It must be new, empty or made by an earlier demo run: "
+            "it is deleted and recreated on each run"
+        ),
     )
     args = parser.parse_args()
 
-    shutil.rmtree(args.home, ignore_errors=True)
-    args.home.mkdir(parents=True)
+    try:  # first thing: a folder the demo did not make is refused before anything is touched
+        prepare_home(args.home)
+    except HomeRefused as refused:
+        print(f"demo: error: {refused}", file=sys.stderr)
+        return 2
     if not args.scripted and not human_in_the_loop_available():
         print("This Airflow has no human-in-the-loop (it came in 3.1): running the scripted review instead.")
         args.scripted = True
     if args.scripted:
         return scripted_review(args.home, blocking=args.blocking)
     return review_in_airflow(args.home, ui=args.ui)
+
+
+def prepare_home(home: Path) -> None:
+    """Delete and recreate the demo's AIRFLOW_HOME, with the marker that says the demo made it.
+
+    The demo deletes only what it made: a new folder, an empty one, one with the marker of an earlier
+    run, or the default ``.demo/airflow``. Anything else raises :class:`HomeRefused`, untouched.
+    """
+    if home_refusal := refusal(home):
+        raise HomeRefused(home_refusal)
+    if home.exists() and any(home.iterdir()):
+        shutil.rmtree(home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / HOME_MARKER).write_text(HOME_MARKER_TEXT)
+
+
+def refusal(home: Path) -> str | None:
+    """Why the demo will not use ``home`` as its AIRFLOW_HOME, or None when it can."""
+    if not home.exists() and not home.is_symlink():
+        return None  # new: the demo makes it
+    if home.is_symlink() or not home.is_dir():
+        why = "is a file or a link, not a folder made by the demo"
+    elif home.resolve() == DEFAULT_HOME.resolve() or (home / HOME_MARKER).is_file():
+        return None  # the demo's own
+    elif not any(home.iterdir()):
+        return None  # empty: nothing to lose
+    else:
+        why = f"is not empty and was not made by the demo (it has no {HOME_MARKER} file)"
+    return (
+        f"--home {home.absolute()} {why}, and the demo deletes and recreates its home on each run: "
+        "it will not delete what it did not make, so it stops here and nothing was changed. Choose "
+        "another folder for --home, a new or empty one, or leave out --home to use the default "
+        f"{DEFAULT_HOME}, which the demo recreates freely."
+    )
+
+
+def dags_folder(home: Path) -> Path:
+    """The demo's DAGs folder: inside its home, so the demo never touches anything beside the home."""
+    return home / "dags"
 
 
 def human_in_the_loop_available() -> bool:
@@ -87,9 +152,8 @@ def review_in_airflow(home: Path, *, ui: bool) -> int:
     sys.path.insert(0, str(REPO))
     from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack
 
-    dags = home.parent / "dags"
-    shutil.rmtree(dags, ignore_errors=True)
-    dags.mkdir(parents=True)
+    dags = dags_folder(home)  # prepare_home has just recreated the home: the folder is new
+    dags.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "example_dags" / f"{REVIEW_DAG_ID}.py", dags)  # only this DAG: parsing stays quick
     # Agent steps of 1 s (the bundled crews take 0.05 s): the run reads like a real one.
     with LocalCrewService("review", speed=0.05) as service:

@@ -186,3 +186,153 @@ def test_the_scripted_demo_prints_the_story_in_order(tmp_path):
         "Webhooks received: {'human': 2,",
     )
     assert out.count("Draft ") == 2
+
+
+# -- --home: the demo deletes only the home it made, and nothing beside it --------------------------
+
+
+def a_folder_of_someone_else(tmp_path: Path) -> tuple[Path, Path]:
+    """An AIRFLOW_HOME the demo did not make (``~/airflow``) and the ``dags`` folder beside it."""
+    home = tmp_path / "airflow"
+    (home / "plugins").mkdir(parents=True)
+    (home / "airflow.cfg").write_text("[core]\nmine = true\n")
+    (home / "plugins" / "plugin.py").write_text("MINE = 1\n")
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "my_dag.py").write_text("# my DAG\n")
+    return home, dags
+
+
+def assert_untouched(home: Path, dags: Path) -> None:
+    assert (home / "airflow.cfg").read_text() == "[core]\nmine = true\n"
+    assert (home / "plugins" / "plugin.py").read_text() == "MINE = 1\n"
+    assert (dags / "my_dag.py").read_text() == "# my DAG\n"
+    assert sorted(p.name for p in home.iterdir()) == ["airflow.cfg", "plugins"]  # no marker written
+    assert sorted(p.name for p in dags.iterdir()) == ["my_dag.py"]
+
+
+def test_a_home_the_demo_did_not_make_is_refused_and_left_as_it_was(tmp_path):
+    demo = load_demo()
+    home, dags = a_folder_of_someone_else(tmp_path)
+    with pytest.raises(demo.HomeRefused) as refused:
+        demo.prepare_home(home)
+    message = str(refused.value)
+    assert f"--home {home} is not empty and was not made by the demo" in message
+    assert f"(it has no {demo.HOME_MARKER} file)" in message
+    assert "Choose another folder for --home, a new or empty one" in message
+    assert str(demo.DEFAULT_HOME) in message
+    assert "\n" not in message  # one paragraph
+    assert_untouched(home, dags)
+
+
+def test_a_file_as_home_is_refused_and_left_as_it_was(tmp_path):
+    demo = load_demo()
+    home = tmp_path / "airflow"
+    home.write_text("not a folder\n")
+    with pytest.raises(demo.HomeRefused, match="is a file or a link, not a folder made by the demo"):
+        demo.prepare_home(home)
+    assert home.read_text() == "not a folder\n"
+
+
+def test_a_home_made_by_an_earlier_run_is_deleted_and_recreated(tmp_path):
+    demo = load_demo()
+    home = tmp_path / "airflow"
+    demo.prepare_home(home)
+    (home / "airflow.db").write_text("the last run's database")
+    (home / "dags").mkdir()
+    (home / "dags" / "old.py").write_text("# the last run's DAG\n")
+    beside = tmp_path / "dags"
+    beside.mkdir()
+    (beside / "my_dag.py").write_text("# my DAG\n")
+
+    demo.prepare_home(home)
+
+    assert sorted(p.name for p in home.iterdir()) == [demo.HOME_MARKER]
+    assert "made by the airflow_provider_crew demo" in (home / demo.HOME_MARKER).read_text()
+    assert (beside / "my_dag.py").read_text() == "# my DAG\n"
+
+
+def test_an_empty_home_is_used_and_marked(tmp_path):
+    demo = load_demo()
+    home = tmp_path / "airflow"
+    home.mkdir()
+    demo.prepare_home(home)
+    assert sorted(p.name for p in home.iterdir()) == [demo.HOME_MARKER]
+
+
+def test_a_new_home_is_made_and_marked(tmp_path):
+    demo = load_demo()
+    home = tmp_path / "new" / "airflow"
+    demo.prepare_home(home)
+    assert sorted(p.name for p in home.iterdir()) == [demo.HOME_MARKER]
+
+
+def test_the_default_home_is_recreated_even_without_the_marker(tmp_path, monkeypatch):
+    demo = load_demo()
+    default = tmp_path / ".demo" / "airflow"  # as an earlier demo, before the marker, left it
+    default.mkdir(parents=True)
+    (default / "airflow.db").write_text("old")
+    monkeypatch.setattr(demo, "DEFAULT_HOME", default)
+    demo.prepare_home(default)
+    assert sorted(p.name for p in default.iterdir()) == [demo.HOME_MARKER]
+
+
+class StackStarted(Exception):
+    """Raised by the fake AirflowStack: the test has what it wanted to see."""
+
+
+def test_the_dags_folder_the_demo_uses_is_inside_its_home(tmp_path, monkeypatch):
+    demo = load_demo()
+    home = tmp_path / "airflow"
+    assert demo.dags_folder(home).parent == home
+    started = {}
+
+    def airflow_stack(home: Path, dags_folder: Path, env: dict) -> None:
+        started.update(home=home, dags=dags_folder, files=sorted(p.name for p in dags_folder.iterdir()))
+        raise StackStarted
+
+    class Webhooks:
+        def url_for(self, path: str) -> str:
+            return f"http://127.0.0.1:1/{path}"
+
+    class CrewService:
+        base_url, webhooks = "http://127.0.0.1:1", Webhooks()
+
+        def __init__(self, *args, **kwargs) -> None: ...
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None: ...
+        def connection_env(self, conn_id: str) -> dict:
+            return {}
+
+    stack = type(sys)("tests.e2e.airflow_stack")
+    stack.AirflowStack, stack.FAST_SETTLE = airflow_stack, {}
+    monkeypatch.setitem(sys.modules, "tests.e2e.airflow_stack", stack)
+    monkeypatch.setattr(demo, "LocalCrewService", CrewService)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # review_in_airflow adds the repository to it
+
+    demo.prepare_home(home)
+    with pytest.raises(StackStarted):
+        demo.review_in_airflow(home, ui=False)
+
+    assert started["home"] == home
+    assert started["dags"] == home / "dags"
+    assert started["files"] == [f"{demo.REVIEW_DAG_ID}.py"]
+    assert not (tmp_path / "dags").exists()  # nothing beside the home
+
+
+def test_the_demo_refuses_a_home_it_did_not_make_before_starting_anything(tmp_path):
+    home, dags = a_folder_of_someone_else(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"demo: error: --home {home} is not empty and was not made by the demo" in done.stderr
+    assert "nothing was changed" in done.stderr
+    assert done.stdout == ""  # no service, no Airflow: nothing started
+    assert_untouched(home, dags)
