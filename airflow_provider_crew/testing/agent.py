@@ -134,9 +134,8 @@ class DeterministicAgent:
         tool = task.tools[(number - 1) % len(task.tools)]
         prompt = render_template(task.description, variables) or task.name
         subject = ", ".join(f"{k}={_as_text(v)}" for k, v in sorted(ctx.inputs.items())) or "no inputs"
-        thought = (
-            f"Step {number}/{task.steps} of {task.name} (attempt {ctx.attempt}): use {tool} on {subject}"
-        )
+        of = "endless" if task.endless else task.steps
+        thought = f"Step {number}/{of} of {task.name} (attempt {ctx.attempt}): use {tool} on {subject}"
         tool_input = json.dumps({"query": prompt, "step": number}, ensure_ascii=False)
         result = f"{tool} result {number} for {task.name}"
         return StepRecord(

@@ -13,6 +13,7 @@ from typing import Any
 from .crews import BUILTIN_CREWS_DIR, CrewDefinitionError, builtin_crew_names, load_crew
 from .faults import ENDPOINTS, FaultRule
 from .handle import DEFAULT_ORG_TOKEN, DEFAULT_USER_TOKEN
+from .server import DEFAULT_CREWS
 
 __all__ = ["build_parser", "faults_from_args", "main"]
 
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="PATH|NAME",
         help=f"crew file (JSON/YAML) or built-in name; repeatable, first is at the root "
-        f"(default: {', '.join(builtin_crew_names())})",
+        f"(default: {', '.join(DEFAULT_CREWS)}; all built-in: {', '.join(builtin_crew_names())})",
     )
     serve.add_argument(
         "--status-path",
@@ -267,7 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{path}: INVALID: {exc}")
                 status = 1
                 continue
-            tasks = ", ".join(t.name + (" [human input]" if t.human_input else "") for t in crew.tasks)
+            tasks = ", ".join(
+                t.name + (" [human input]" if t.human_input else "") + (" [endless]" if t.endless else "")
+                for t in crew.tasks
+            )
             print(f"{path}: ok: crew {crew.name}; inputs {crew.input_names}; tasks {tasks}")
         return status
     return _serve(args)

@@ -48,6 +48,8 @@ class TaskSpec:
     tools: tuple[str, ...] = ("search",)
     # A JSON-like template; when set, the task output is structured (output_json / result_json).
     output_template: Any = None
+    # Run steps forever (``steps`` is ignored) until the execution is stopped: a crew that never ends.
+    endless: bool = False
 
     def should_fail(self, inputs: Mapping[str, Any]) -> bool:
         if self.fails:
@@ -72,6 +74,9 @@ class CrewSpec:
     # Pause at human_input tasks even when the kickoff gave no human-input webhook (the contract says a
     # crew pauses only with one; a service that ignores that is what this plays).
     pause_without_webhook: bool = False
+    # Tokens spent per (wall-clock) second while the execution is RUNNING, on top of the per-step
+    # tokens; 0 turns it off. Nothing is spent while PENDING, PAUSED or finished.
+    tokens_per_second: float = 0.0
 
     @property
     def input_names(self) -> list[str]:
@@ -97,6 +102,7 @@ class CrewSpec:
             "step_seconds": self.step_seconds,
             "faults": [dict(f) for f in self.faults],
             "pause_without_webhook": self.pause_without_webhook,
+            "tokens_per_second": self.tokens_per_second,
             "tasks": [
                 {
                     "name": t.name,
@@ -111,6 +117,7 @@ class CrewSpec:
                     "fail_when": dict(t.fail_when) if t.fail_when else None,
                     "tools": list(t.tools),
                     "output_template": t.output_template,
+                    "endless": t.endless,
                 }
                 for t in self.tasks
             ],

@@ -8,6 +8,7 @@ re-exported here.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,6 +128,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         "step_seconds",
         "faults",
         "pause_without_webhook",
+        "tokens_per_second",
     }
     unknown = sorted(set(data) - known)
     _expect(not unknown, f"crew {name}", f"unknown fields {unknown}")
@@ -135,6 +137,8 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
 
     step_seconds = _number(data.get("step_seconds", DEFAULT_STEP_SECONDS), f"crew {name}.step_seconds")
     pending = _number(data.get("pending_seconds", DEFAULT_PENDING_SECONDS), f"crew {name}.pending_seconds")
+    tokens_per_second = _number(data.get("tokens_per_second", 0), f"crew {name}.tokens_per_second")
+    _expect(math.isfinite(tokens_per_second), f"crew {name}.tokens_per_second", "must be a finite number")
 
     raw_tasks = data.get("tasks")
     _expect(isinstance(raw_tasks, list) and bool(raw_tasks), f"crew {name}.tasks", "must be a non-empty list")
@@ -142,6 +146,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
     tasks = [_task_from_dict(item, f"crew {name}.tasks[{n}]") for n, item in enumerate(raw_tasks)]
     tnames = [t.name for t in tasks]
     _expect(len(set(tnames)) == len(tnames), f"crew {name}.tasks", "duplicate task names")
+    _check_endless_paces(tasks, step_seconds, f"crew {name}.tasks")
 
     faults = data.get("faults", [])
     _expect(
@@ -164,7 +169,16 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         step_seconds=step_seconds,
         faults=tuple(dict(f) for f in faults),
         pause_without_webhook=pause_without_webhook,
+        tokens_per_second=tokens_per_second,
     )
+
+
+def _check_endless_paces(tasks: list[TaskSpec], crew_step_seconds: float, where: str) -> None:
+    """An endless task must wait between steps, or it would spin the event loop."""
+    for n, t in enumerate(tasks):
+        if t.endless:
+            pace = crew_step_seconds if t.step_seconds is None else t.step_seconds
+            _expect(pace > 0, f"{where}[{n}].step_seconds", "an endless task needs step_seconds > 0")
 
 
 def _inputs_from_list(raw_inputs: Any, where: str) -> list[CrewInput]:
@@ -202,6 +216,7 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
         "fail_when",
         "tools",
         "output_template",
+        "endless",
     }
     unknown = sorted(set(item) - known)
     _expect(not unknown, where, f"unknown fields {unknown}")
@@ -216,8 +231,12 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
     step_seconds = item.get("step_seconds")
     if step_seconds is not None:
         step_seconds = _number(step_seconds, f"{where}.step_seconds")
-    for key in ("human_input", "fails"):
+    for key in ("human_input", "fails", "endless"):
         _expect(isinstance(item.get(key, False), bool), f"{where}.{key}", "must be true or false")
+    if item.get("endless", False):
+        # It never reaches its end, so it can neither pause for review nor fail there.
+        for key in ("human_input", "fails", "fail_when"):
+            _expect(not item.get(key), f"{where}.{key}", "cannot be set on an endless task")
     fail_when = item.get("fail_when")
     _expect(fail_when is None or isinstance(fail_when, Mapping), f"{where}.fail_when", "must be an object")
     tools = item.get("tools", ["search"])
@@ -239,4 +258,5 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
         fail_when=dict(fail_when) if fail_when else None,
         tools=tuple(tools) or ("search",),
         output_template=item.get("output_template"),
+        endless=item.get("endless", False),
     )

@@ -5,20 +5,23 @@ A task with ``human_input`` pauses the execution (PAUSED, status "Pending Human 
 kickoff gave a ``humanInputWebhook``; :meth:`Engine.resume` then accepts the output (continue) or
 re-runs the task with the feedback as context (retry), which pauses and notifies again.
 :meth:`Engine.stop` ends any unfinished execution as REVOKED: its runner is cancelled, so no more
-steps run and no more webhooks are sent for it (no crew webhook either).
+steps run and no more webhooks are sent for it (no crew webhook either). A task with ``endless``
+steps until then. While RUNNING an execution also spends ``crew.tokens_per_second`` tokens per
+second (see :class:`~.execution.Execution`).
 All state lives in memory, in the serving event loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .agent import AgentContext, DeterministicAgent, FeedbackNote, TaskOutcome, render_template
-from .crew_spec import CrewSpec
+from .crew_spec import CrewSpec, TaskSpec
 from .execution import (
     FAILED,
     PAUSED,
@@ -53,6 +56,8 @@ __all__ = [
 
 WEBHOOK_KINDS = ("task", "step", "crew")
 STOPPED_ERROR = "Stopped by request"
+# An endless task built without a step pace (CrewSpec directly) must not spin the event loop.
+MIN_ENDLESS_STEP_SECONDS = 0.001
 
 
 class ResumeError(Exception):
@@ -188,8 +193,31 @@ class Engine:
             feedback=[FeedbackNote(f.task_name, f.feedback, f.is_approve) for f in ex.feedback],
             attempt=attempt,
         )
+        await self._take_steps(ex, ctx, task)
+        if task.should_fail(ex.inputs):
+            self._fail(ex, task.error)
+            return None
+        outcome = self.agent.write(ctx)
+        ex.prompt_tokens += outcome.prompt_tokens
+        ex.completion_tokens += outcome.completion_tokens
+        ex.requests += 1
+        ex.last_executed_task = {
+            "task_id": ex.task_ids[index],
+            "name": task.name,
+            "agent": task.agent,
+            "output": outcome.raw,
+        }
+        ex.touch()
+        return outcome
+
+    async def _take_steps(self, ex: Execution, ctx: AgentContext, task: TaskSpec) -> None:
+        """The task's agent steps, each after the step pause, with its usage and step webhook."""
         per_step = ex.crew.seconds_per_step(task)
-        for number in range(1, task.steps + 1):
+        # An endless task steps until the execution is stopped (stop() cancels this runner).
+        numbers: Iterable[int] = itertools.count(1) if task.endless else range(1, task.steps + 1)
+        if task.endless:
+            per_step = max(per_step, MIN_ENDLESS_STEP_SECONDS)
+        for number in numbers:
             await self._pause_for(per_step)
             step = self.agent.step(ctx, number)
             ex.last_step = {
@@ -216,23 +244,8 @@ class Engine:
                     "meta": ex.meta,
                 },
             )
-        if task.steps == 0:
+        if task.steps == 0 and not task.endless:
             await self._pause_for(per_step)
-        if task.should_fail(ex.inputs):
-            self._fail(ex, task.error)
-            return None
-        outcome = self.agent.write(ctx)
-        ex.prompt_tokens += outcome.prompt_tokens
-        ex.completion_tokens += outcome.completion_tokens
-        ex.requests += 1
-        ex.last_executed_task = {
-            "task_id": ex.task_ids[index],
-            "name": task.name,
-            "agent": task.agent,
-            "output": outcome.raw,
-        }
-        ex.touch()
-        return outcome
 
     def _notify_task(self, ex: Execution, index: int, outcome: TaskOutcome) -> None:
         task = ex.crew.tasks[index]

@@ -2,6 +2,11 @@
 
 The states are those of :mod:`.engine`'s state machine, which alone moves an execution on;
 ``REVOKED`` is where ``POST /stop/{kickoff_id}`` leaves one.
+
+Usage is the per-step tokens plus, for a crew with ``tokens_per_second``, tokens spent
+continuously while RUNNING: every :meth:`Execution.touch` and every read counts the time since
+the last mark as running time when the state seen then was RUNNING, so reads between steps see
+the total grow, and it stays put while PENDING, PAUSED or finished.
 """
 
 from __future__ import annotations
@@ -118,10 +123,30 @@ class Execution:
     runner: asyncio.Task[None] | None = None
     delivery_tail: asyncio.Task[None] | None = None
     version: int = 0
-    _status_cache: tuple[int, bytes] | None = None
+    _status_cache: tuple[tuple[int, int], bytes] | None = None
+    # Continuous spending (crew.tokens_per_second): seconds spent RUNNING, counted up to
+    # ``_spend_mark`` (time.monotonic()); ``_spend_state`` is the state seen when it was counted.
+    running_seconds: float = 0.0
+    _spend_state: str = PENDING
+    _spend_mark: float = field(default_factory=time.monotonic)
 
     def touch(self) -> None:
+        """Record a change: call it after every change of state or of anything in the status body."""
+        self._account()
         self.version += 1
+
+    def _account(self) -> None:
+        """Count the time since the last mark as running time if the state seen then was RUNNING."""
+        now = time.monotonic()
+        if self._spend_state == RUNNING:
+            self.running_seconds += max(0.0, now - self._spend_mark)
+        self._spend_mark = now
+        self._spend_state = self.state
+
+    def _spent(self) -> int:
+        """Tokens spent at ``crew.tokens_per_second`` over the running time counted so far."""
+        rate = self.crew.tokens_per_second
+        return int(self.running_seconds * rate) if rate > 0 else 0
 
     @property
     def finished(self) -> bool:
@@ -133,7 +158,11 @@ class Execution:
         return self.crew.tasks[self.task_index]
 
     def status_record(self) -> dict[str, Any]:
-        """The status body, in the shape observed on real deployments."""
+        """The status body, in the shape observed on real deployments (usage as of now)."""
+        self._account()
+        return self._record()
+
+    def _record(self) -> dict[str, Any]:
         current = self.current_task()
         record: dict[str, Any] = {
             "kickoff_id": self.kickoff_id,
@@ -149,26 +178,38 @@ class Execution:
             },
             "last_step": self.last_step,
             "last_executed_task": self.last_executed_task,
-            "usage_metrics": self.usage_metrics(),
+            "usage_metrics": self._usage(),
         }
         if self.state in (FAILED, REVOKED):
             record["error"] = self.error
         return record
 
     def status_bytes(self) -> bytes:
-        # Polls vastly outnumber changes: serialise once per change.
+        # Polls vastly outnumber changes: serialise once per change. While tokens are being spent
+        # the body also changes with time, so the spent count is part of the key.
+        self._account()
+        key = (self.version, self._spent())
         cache = self._status_cache
-        if cache is not None and cache[0] == self.version:
+        if cache is not None and cache[0] == key:
             return cache[1]
-        body = json.dumps(self.status_record(), ensure_ascii=False).encode()
-        self._status_cache = (self.version, body)
+        body = json.dumps(self._record(), ensure_ascii=False).encode()
+        self._status_cache = (key, body)
         return body
 
     def usage_metrics(self) -> dict[str, int]:
+        """Token usage as of now: per-step tokens plus those spent at ``crew.tokens_per_second``."""
+        self._account()
+        return self._usage()
+
+    def _usage(self) -> dict[str, int]:
+        spent = self._spent()
+        spent_prompt = spent * 3 // 4  # 3/4 prompt, 1/4 completion; they add up to ``spent``
+        prompt = self.prompt_tokens + spent_prompt
+        completion = self.completion_tokens + (spent - spent_prompt)
         return {
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
+            "total_tokens": prompt + completion,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
             "successful_requests": self.requests,
         }
 
@@ -205,6 +246,8 @@ class Execution:
                 "feedback": [f.to_dict() for f in self.feedback],
                 "paused_task_id": self.paused.task_id if self.paused else None,
                 "paused_at": self.paused_at,
+                # wall-clock seconds spent RUNNING (what crew.tokens_per_second is charged on)
+                "running_seconds": self.running_seconds,
                 "polls": self.polls,
                 "hidden_polls_left": self.hidden_polls,
             }

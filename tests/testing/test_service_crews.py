@@ -25,7 +25,7 @@ from ._helpers import crew, task
 
 
 def test_builtin_crews() -> None:
-    assert builtin_crew_names() == ["research", "review", "structured"]
+    assert builtin_crew_names() == ["research", "review", "spender", "structured"]
     research = load_crew("research")
     assert research.input_names == ["topic", "current_year"]
     assert [t.name for t in research.tasks] == ["research_task", "reporting_task"]
