@@ -62,7 +62,7 @@ _LOWER_CASE = BeforeValidator(lambda value: value.lower() if isinstance(value, s
 def _extra(name: str) -> Any:
     """The model's field for an extra of the form: its default and minimum."""
     schema = CONN_FIELDS[name]["schema"]
-    return Field(schema["default"], ge=schema.get("minimum"))
+    return Field(schema["default"], ge=schema.get("minimum"), gt=schema.get("exclusiveMinimum"))
 
 
 def _named(name: str) -> str:
@@ -96,6 +96,11 @@ class CrewConnectionConfig(BaseModel):
     wake_by_webhook: bool = _extra("wake_by_webhook")
     safety_poll_interval: Annotated[float, _NOT_A_BOOL] = _extra("safety_poll_interval")
     execution_url_template: str | None = _extra("execution_url_template")
+    max_usage: Annotated[int | None, _NOT_A_BOOL] = _extra("max_usage")
+    max_cost: Annotated[float | None, _NOT_A_BOOL] = _extra("max_cost")
+    input_price: Annotated[float | None, _NOT_A_BOOL] = _extra("input_price")
+    output_price: Annotated[float | None, _NOT_A_BOOL] = _extra("output_price")
+    cached_input_price: Annotated[float | None, _NOT_A_BOOL] = _extra("cached_input_price")
 
     @field_validator("token")
     @classmethod
@@ -152,15 +157,17 @@ def _message(error: ErrorDetails) -> str:
         expected = "one of " + ", ".join(repr(choice) for choice in schema["enum"])
     elif kind == "greater_than_equal":
         expected = f"{schema['minimum']} or more"
+    elif kind == "greater_than":
+        expected = f"more than {schema['exclusiveMinimum']}"
     elif "boolean" in schema["type"]:
         # pydantic's booleans, like Airflow's own settings, also read yes/no, on/off and 1/0.
         expected = "true or false (yes/no, on/off and 1/0 are read too)"
     elif "integer" in schema["type"]:
         expected = "a whole number"
-    elif kind == "finite_number":  # nan, inf, or a number too large for a float such as 1e309
-        expected = "a finite number of seconds"
-    else:
-        expected = "a number of seconds"
+    else:  # a number: of seconds where the label says "(s)"
+        unit = " of seconds" if "(s)" in CONN_FIELDS[name]["label"] else ""
+        # nan, inf, or a number too large for a float such as 1e309
+        expected = f"a finite number{unit}" if kind == "finite_number" else f"a number{unit}"
     default = json.dumps(schema["default"])
     return (
         f"{_named(name)} must be {expected}, got {error['input']!r}. "

@@ -119,6 +119,38 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "revocations, which the crew announces by no webhook.",
         "schema": {"type": ["number", "null"], "minimum": 1, "default": 300},
     },
+    # What one execution may spend (docs/howto/budget.rst): a task's max_tokens and max_cost override
+    # these. The token cap is "max_usage": a key holding "token" would be masked (above).
+    "max_usage": {
+        "label": "Max tokens per execution",
+        "description": "Default token cap of each execution started or waited for through this "
+        "connection (the total the service counts, across review rounds). At the cap the crew is "
+        "stopped and its task fails without retry. A task's max_tokens overrides it. Empty: no cap.",
+        "schema": {"type": ["integer", "null"], "minimum": 1, "default": None},
+    },
+    "max_cost": {
+        "label": "Max cost per execution",
+        "description": "Default cost cap of each execution, in the currency of the prices below (which "
+        "it needs). A task's max_cost overrides it. Empty: no cap.",
+        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": None},
+    },
+    "input_price": {
+        "label": "Input price (per million)",
+        "description": "Price of a million prompt (input) tokens: gives the usage XCom its cost and "
+        "makes max_cost possible.",
+        "schema": {"type": ["number", "null"], "minimum": 0, "default": None},
+    },
+    "output_price": {
+        "label": "Output price (per million)",
+        "description": "Price of a million completion (output) tokens.",
+        "schema": {"type": ["number", "null"], "minimum": 0, "default": None},
+    },
+    "cached_input_price": {
+        "label": "Cached input price (per million)",
+        "description": "Price of a million cached prompt tokens, where the service reports them "
+        "(cached_prompt_tokens). Empty: they cost the input price.",
+        "schema": {"type": ["number", "null"], "minimum": 0, "default": None},
+    },
     "execution_url_template": {
         "label": "Execution page URL",
         "description": "Optional. The address of one execution's page in the crew's dashboard, with "

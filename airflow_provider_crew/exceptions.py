@@ -107,6 +107,14 @@ class CrewExecutionPausedError(CrewError, AirflowFailException):
     """
 
 
+class CrewBudgetExceededError(CrewError, AirflowFailException):
+    """The execution reached its cap (``max_tokens``, ``max_cost``) and was stopped.
+
+    An AirflowFailException: the task fails without using its retries, because a retry would start
+    paying again.
+    """
+
+
 class CrewExecutionNotFoundError(CrewError):
     """The service answers 404 for the execution: still, beyond the grace period after kickoff, or
     again, after it had answered for it (it lost the execution)."""

@@ -81,7 +81,10 @@ METRICS: tuple[Metric, ...] = (
             f"whoever observes the end: the {WORKER} (a blocking wait, a sensor, a woken wait) or the "
             f"{TRIGGERER} (a deferred wait)"
         ),
-        meaning="A wait saw its execution end: `succeeded`, `failed`, `revoked`, or `paused` for a person.",
+        meaning=(
+            "A wait saw its execution end: `succeeded`, `failed`, `revoked`, `paused` for a person, or "
+            "`over_budget` (stopped at its cap)."
+        ),
     ),
     Metric(
         name="crew.execution.tokens",
@@ -95,6 +98,28 @@ METRICS: tuple[Metric, ...] = (
             "counts the total."
         ),
         legacy_only_when=("kind", "total"),
+    ),
+    Metric(
+        name="crew.execution.cost",
+        type="counter",
+        unit="millionths",
+        tags=TASK,
+        legacy=TASK,
+        emitted_by="where `crew.execution.tokens` is, when the connection has prices",
+        meaning="What the execution cost, in millionths of the prices' currency (1,000,000 = 1.00).",
+    ),
+    Metric(
+        name="crew.execution.over_budget",
+        type="counter",
+        unit="executions",
+        tags=(*TASK, "cap"),
+        legacy=TASK,
+        emitted_by="where the wait read the usage over the cap: the worker or the triggerer",
+        meaning=(
+            "An execution reached its cap (`cap`: `tokens`, `cost`) short of its end: it was stopped and "
+            "its task failed without retry."
+        ),
+        alert=True,
     ),
     Metric(
         name="crew.execution.duration",
@@ -138,8 +163,8 @@ METRICS: tuple[Metric, ...] = (
         ),
         meaning=(
             "A `POST /stop` sent, by why (`timeout`, `execution_timeout`, `review_timeout`, `cleared`, "
-            "`marked_<state>`, `agent_timeout`) and the answer (`stopped`, `already_finished`, "
-            "`no_stop_endpoint`, `unknown`)."
+            "`marked_<state>`, `agent_timeout`, `over_budget`) and the answer (`stopped`, "
+            "`already_finished`, `no_stop_endpoint`, `unknown`)."
         ),
     ),
     Metric(

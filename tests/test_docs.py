@@ -125,7 +125,7 @@ def test_the_api_page_is_the_code_at_a_glance():
 def test_the_metrics_page_table_is_the_metrics_table_of_the_code():
     page = (DOCS / "metrics.md").read_text()
     assert crew_reference.render_metrics_page(page) == page, "run: python scripts/reference_tables.py"
-    # The two alerts are named as such, each with a Prometheus rule and a Datadog monitor query.
+    # The alerts are named as such, each with a Prometheus rule and a Datadog monitor query.
     from airflow_provider_crew.metrics import METRICS
 
     for metric in (m for m in METRICS if m.alert):

@@ -115,8 +115,9 @@ def test_every_name_a_caller_emits_is_in_the_table() -> None:
     assert names == set(metrics.BY_NAME) - {"crew.review.round", "crew.review.response_time"}
 
 
-def test_the_table_is_complete_and_names_the_two_alerts() -> None:
+def test_the_table_is_complete_and_names_the_three_alerts() -> None:
     assert [m.name for m in metrics.METRICS if m.alert] == [
+        "crew.execution.over_budget",
         "crew.paid_post.unknown_outcome",
         "crew.execution.left_running",
     ]

@@ -25,6 +25,7 @@ from airflow_provider_crew._compat import AirflowFailException, AirflowOptionalP
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
+    CrewBudgetExceededError,
     CrewConfigurationError,
     CrewExecutionTimeoutError,
     CrewNotFoundError,
@@ -38,6 +39,7 @@ from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
 from airflow_provider_crew.models import StopOutcome, inputs_mismatch
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.budget import Budget, budget_for
 from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitFor, wait_blocking
 
@@ -130,6 +132,9 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             raise CrewAgentUnavailableError("A crew keeps no conversation: session_id cannot be honoured.")
         inputs, meta = self._inputs(agent, request)
         try:
+            # The connection's caps ('Max tokens per execution', 'Max cost per execution'): a bad one
+            # fails here, before anything is paid.
+            budget = budget_for(None, None, config=self.config, conn_id=self.crew_conn_id)
             self._check_inputs(agent, inputs)
             kickoff_id = self.kickoff(inputs, meta=meta, deadline=deadline)
             kicked_off_at = time.time()
@@ -146,7 +151,8 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             raise CrewAgentUnavailableError(str(error)) from None
         self.log.info("Crew execution %s started for agent %s:%s", kickoff_id, self.crew_conn_id, agent)
         metrics.count("crew.execution.started", **metrics.current_task_tags())
-        response = self._response(kickoff_id, self._wait_for(kickoff_id, deadline, kicked_off_at))
+        status = self._wait_for(kickoff_id, deadline, kicked_off_at, budget)
+        response = self._response(kickoff_id, status)
         usage = response.usage
         self.log.info(
             "Crew execution %s answered (trace_ref %s): %s input and %s output tokens.",
@@ -194,7 +200,9 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
 
     # -- the wait and the answer -------------------------------------------------------------------
 
-    def _wait_for(self, kickoff_id: str, deadline: float, kicked_off_at: float) -> CrewStatus:
+    def _wait_for(
+        self, kickoff_id: str, deadline: float, kicked_off_at: float, budget: Budget | None
+    ) -> CrewStatus:
         poller = Poller(
             kickoff_id,
             wait_for=WaitFor.HUMAN_INPUT,  # a pause ends the call: a model cannot answer it
@@ -204,6 +212,7 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             max_poll_interval=MAX_POLL_INTERVAL,
             log=self.log,
             kicked_off_at=kicked_off_at,
+            budget=budget,
         )
         result = wait_blocking(poller, lambda kickoff_id: self.get_status(kickoff_id, deadline=deadline))
         wait_ended(metrics.current_task_tags(), result, poller)
@@ -212,6 +221,13 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
             return status
         if result.outcome is Outcome.TIMEOUT:
             raise CrewExecutionTimeoutError(f"{result.message} {self._stop_unwaited(kickoff_id)}")
+        if result.outcome is Outcome.OVER_BUDGET:
+            stopped = self._stop_unwaited(kickoff_id, stopping.OVER_BUDGET)
+            raise CrewBudgetExceededError(
+                f"{result.message}. {stopped} The call fails without retry, so that no retry starts paying "
+                f"again. To let it spend more, raise 'Max tokens per execution' (extra 'max_usage') or 'Max "
+                f"cost per execution' (extra 'max_cost') on connection {self.crew_conn_id!r}."
+            )
         if result.outcome is Outcome.PAUSED and status is not None:
             message = (
                 f"Crew execution {kickoff_id} paused for human input on task {status.paused_task_id!r}, "
@@ -223,12 +239,12 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
         reason = (status.error if status is not None else None) or result.message
         raise CrewAgentExecutionError(f"Crew execution {kickoff_id} ended {result.outcome.value}: {reason}")
 
-    def _stop_unwaited(self, kickoff_id: str) -> str:
+    def _stop_unwaited(self, kickoff_id: str, reason: str = CALL_TIMEOUT) -> str:
         """Stop the execution of a call that gave up on it (nobody waits for it); say what came of it."""
         result = stopping.stop(
             self,
             kickoff_id,
-            CALL_TIMEOUT,
+            reason,
             self.log,
             patience=STOP_PATIENCE_SECONDS,
             owner=metrics.current_task_tags(),

@@ -228,7 +228,13 @@ def name_execution_in_asset_events(
     if not assets:
         return
     followed = task.crew_execution
-    extra = asset_event_extra(kickoff_id, result, followed.url if followed is not None else None)
+    budget = followed.budget if followed is not None else None
+    extra = asset_event_extra(
+        kickoff_id,
+        result,
+        followed.url if followed is not None else None,
+        budget.prices if budget is not None else None,
+    )
     events = context["outlet_events"]
     for asset in assets:
         events[asset].extra.update(extra)

@@ -35,7 +35,7 @@ from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
 )
-from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.operators.wait_stop import BUDGET_TEMPLATE_FIELDS, checked_stop_crew
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
@@ -129,6 +129,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         "step_webhook_url",
         "crew_webhook_url",
         "human_input_webhook_url",
+        *BUDGET_TEMPLATE_FIELDS,
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "meta": "json"}
     ui_color = "#e9d8fd"
@@ -161,10 +162,13 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
         stop_crew: bool | None = None,
+        max_tokens: int | str | None = None,
+        max_cost: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.stop_crew = checked_stop_crew(stop_crew)
+        self._set_budget(max_tokens, max_cost)
         self.inputs = inputs
         self.crew_conn_id = crew_conn_id
         self.meta = meta
@@ -221,6 +225,8 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
             )
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         refuse_own_crew_webhook(self, hook.config)
+        if self.wait_for_completion:
+            self._task_budget(hook.config)  # a bad cap fails here, before anything is paid
         self._kicked_off_at: float | None = None  # set by _kickoff, or from the record on a reattach
         kickoff_id = self._reattach_or_kickoff(context, hook)
         ti = context["ti"]

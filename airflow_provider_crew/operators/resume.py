@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
+    CrewBudgetExceededError,
     CrewConfigurationError,
     CrewError,
     CrewExecutionNotPausedError,
@@ -36,7 +37,7 @@ from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
 )
-from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.operators.wait_stop import BUDGET_TEMPLATE_FIELDS, checked_stop_crew
 from airflow_provider_crew.status import CrewState
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, OnHumanInput
 from airflow_provider_crew.waiting.xcom import XCOM_HUMAN_INPUT, XCOM_KICKOFF_ID, XCOM_RESUME
@@ -117,6 +118,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         "task_webhook_url",
         "step_webhook_url",
         "crew_webhook_url",
+        *BUDGET_TEMPLATE_FIELDS,
     )
     ui_color = "#fde8d8"
     operator_extra_links = (CrewExecutionLink(),)
@@ -146,10 +148,13 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
         stop_crew: bool | None = None,
+        max_tokens: int | str | None = None,
+        max_cost: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.stop_crew = checked_stop_crew(stop_crew)
+        self._set_budget(max_tokens, max_cost)
         self.kickoff_id = required_kickoff_id(kickoff_id, "the execution to resume")
         self.crew_task_id = crew_task_id
         self.human_feedback = human_feedback
@@ -193,6 +198,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         record = PaidPost(context, self, key=self.ANSWER_KEY, kind="resume", execution_id=execution_id)
         answer = self._sent_before(context, hook, record)
         if answer is None:
+            self._refuse_over_budget(hook, execution_id)
             answer = self._send(context, hook, record)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=execution_id)
@@ -207,6 +213,20 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         execution_id, result = self._result_from_event(context, event)
         return self._finish_wait(context, execution_id, result)
+
+    def _refuse_over_budget(self, hook: CrewHook, execution_id: str) -> None:
+        """A resume continues from what the execution already spent: one at its cap is not resumed."""
+        budget = self._task_budget(hook.config) if self.wait_for_completion else None
+        if budget is None or not budget.capped:
+            return
+        status = hook.get_status(execution_id)
+        if budget.over(status.usage):
+            state = status.raw_state or status.state.value
+            raise CrewBudgetExceededError(
+                f"Crew execution {execution_id} already spent {budget.describe_spent(status.usage)}, its "
+                f"budget ({budget.describe_caps()}): it is not resumed, and nothing was sent. It stays "
+                f"{state} at the service. {self._how_to_raise(budget, status)}"
+            )
 
     def _send(self, context: Context, hook: CrewHook, record: PaidPost) -> dict[str, Any]:
         """``POST /resume``, recorded for a retry before it is sent and after it was answered."""

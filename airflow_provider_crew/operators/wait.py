@@ -115,8 +115,9 @@ class CrewWaitMixin(CrewStopMixin):
     :xcom human_input: When the wait ends at a pause (``on_human_input="return"``, or ``"fail"``,
         which pushes it before failing): ``{"execution_id", "task_id", "task_output"}`` of the paused
         crew task. ``None`` when the wait ends with the execution finished, or the task does not wait.
-    :xcom usage: When the execution finished: its token counts in the shape of ``common.ai``'s
-        ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``...).
+    :xcom usage: When the execution finished, or was stopped over its budget: its token counts in the
+        shape of ``common.ai``'s ``usage`` XCom (``input_tokens``, ``output_tokens``, ``total_tokens``,
+        ``requests``...), and its ``cost`` from the connection's prices (None without prices).
         ``None`` at a pause, without waiting, or when the service reports no token counts.
     :xcom status: When waiting: the last status record, as the service sent it, less the outputs
         another key holds once: at the end the final output (``result``, ``result_json``, and the last
@@ -249,6 +250,9 @@ class CrewWaitMixin(CrewStopMixin):
         """
         deadline = time.time() + timeout
         hook = hook or CrewHook(crew_conn_id=self.crew_conn_id)
+        budget = self._task_budget(hook.config)
+        if self.crew_execution is not None:
+            self.crew_execution.budget = budget
         poller = Poller(
             kickoff_id,
             wait_for=wait_for,
@@ -258,6 +262,7 @@ class CrewWaitMixin(CrewStopMixin):
             max_poll_interval=self.max_poll_interval,
             log=self.log,
             kicked_off_at=kicked_off_at,
+            budget=budget,
         )
         task = metrics.task_tags(context["ti"])
         # What on_kill stops while the wait runs here. Kept when the wait raises: Airflow's
@@ -305,6 +310,8 @@ class CrewWaitMixin(CrewStopMixin):
                 # With the webhook wake on, the trigger stops nothing (a wake and a user's action look
                 # alike to it), the api-server's listener does (docs/reliability.md).
                 stop_crew=self._stops_crew() and hook.config.stop_executions,
+                budget=poller.budget.to_kwargs() if poller.budget is not None else None,
+                pace=poller.pace.to_kwargs() if poller.pace is not None else None,
             ),
             method_name="execute_complete",
             kwargs=self._resume_kwargs(),
@@ -406,6 +413,8 @@ class CrewWaitMixin(CrewStopMixin):
         if result.outcome is Outcome.TIMEOUT:
             came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.WAIT_TIMEOUT, context)
             raise CrewExecutionTimeoutError(f"{result.message} {stopped_or_running(came_of_it)}")
+        if result.outcome is Outcome.OVER_BUDGET:
+            self._end_over_budget(kickoff_id, result, context)
         raise CrewError(f"Waiting for crew execution {kickoff_id} failed: {result.message}")
 
     def _keep_result(self, kickoff_id: str, result: WaitResult) -> None:
@@ -428,7 +437,7 @@ class CrewWaitMixin(CrewStopMixin):
         """Log the end of the wait and push what it found (:func:`~.rules.result_xcoms`)."""
         self.log.info("%s", end_log_line(kickoff_id, result))
         ti = context["ti"]
-        for key, value in result_xcoms(kickoff_id, result).items():
+        for key, value in result_xcoms(kickoff_id, result, self._prices()).items():
             ti.xcom_push(key=key, value=value)
 
 

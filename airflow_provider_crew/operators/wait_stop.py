@@ -5,32 +5,38 @@ for a deferred task).
 A task's process ends its wait without the crew in three ways: Airflow kills it (:meth:`on_kill`:
 ``execution_timeout``, a user marking it failed or success or clearing it, a worker shutting down),
 the wait's own ``timeout`` passes, or a review round's ``response_timeout`` passes
-(:meth:`_stop_cut_off_wait`).
+(:meth:`_stop_cut_off_wait`). And the crew reaches its budget (``max_tokens``, ``max_cost``:
+:mod:`~airflow_provider_crew.waiting.budget`): :meth:`_end_over_budget` stops it, unless its trigger
+already did, and fails the task without retry.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import is_task_timeout, task_instance_state
-from airflow_provider_crew.exceptions import CrewConfigurationError
+from airflow_provider_crew.exceptions import CrewBudgetExceededError, CrewConfigurationError
 from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
 from airflow_provider_crew.waiting import stopping
-from airflow_provider_crew.waiting.rules import FollowedExecution, record_without_output
-from airflow_provider_crew.waiting.xcom import XCOM_STATUS
+from airflow_provider_crew.waiting.budget import Budget, Prices, budget_for, cap_value, checked_cap
+from airflow_provider_crew.waiting.rules import FollowedExecution, WaitResult, record_without_output
+from airflow_provider_crew.waiting.xcom import XCOM_STATUS, XCOM_USAGE, result_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_crew.connection import CrewConnectionConfig
+    from airflow_provider_crew.status import CrewStatus
 
 # How long a killed task's process spends on stopping its execution: Airflow sends SIGKILL 5 s after
 # asking it to stop. The task instance's state is asked first, in this much of it.
 ON_KILL_SECONDS = 4.5
 ON_KILL_STATE_SECONDS = 1.5
+#: The template fields of every crew task that may stop its execution at a cap.
+BUDGET_TEMPLATE_FIELDS = ("max_tokens", "max_cost")
 
 
 def checked_stop_crew(value: Any) -> bool | None:
@@ -54,6 +60,11 @@ class CrewStopMixin:
         ``True``. Never stopped: a retry that reattaches, a triggerer restart, a task that did not wait;
         nor with the connection's ``stop_executions`` off, nor a deferred wait a user clears while the
         webhook wake is on (docs/reliability.md).
+    :param max_tokens: Stop the execution once it has spent this many tokens in all (the service's
+        ``usage_metrics`` total, across review rounds), and fail the task without retry. None: the crew
+        connection's 'Max tokens per execution' (extra ``max_usage``), if any. Templated.
+    :param max_cost: The same for its cost, in the currency of the connection's prices (which it
+        needs). None: the connection's 'Max cost per execution'. Templated.
     """
 
     crew_conn_id: str
@@ -63,12 +74,89 @@ class CrewStopMixin:
     #: review's tasks do; a sensor only watches (docs/reliability.md, "Stopping what nobody waits for").
     owns_execution: ClassVar[bool] = True
     stop_crew: bool | None = None
+    max_tokens: Any = None
+    max_cost: Any = None
     # While a wait runs in this process: the execution, the task's context and the connection's settings.
     _waiting: tuple[str, Context, CrewConnectionConfig] | None = None
 
     def _stops_crew(self) -> bool:
         """Whether this task stops its execution when something other than the crew ends its wait."""
         return self.owns_execution if self.stop_crew is None else bool(self.stop_crew)
+
+    # -- the budget: what one execution may spend (waiting/budget.py) -------------------------------
+
+    def _set_budget(self, max_tokens: Any, max_cost: Any) -> None:
+        """Check and keep ``max_tokens`` and ``max_cost`` at DAG parse (a template, at task start). A cap
+        is enforced by stopping the execution: a task that does not stop it cannot have one."""
+        self.max_tokens = checked_cap(max_tokens, "max_tokens")
+        self.max_cost = checked_cap(max_cost, "max_cost")
+        if (self.max_tokens is not None or self.max_cost is not None) and not self._stops_crew():
+            fix = "set stop_crew=True" if not self.owns_execution else "leave stop_crew at None or True"
+            raise CrewConfigurationError(
+                "max_tokens and max_cost stop the execution at the cap, and this task does not stop it "
+                f"(stop_crew={self.stop_crew!r}): {fix}, or remove the cap."
+            )
+
+    def _task_budget(self, config: CrewConnectionConfig | None = None) -> Budget | None:
+        """This try's budget: its caps (else the connection's, for a task that stops its execution) and
+        the connection's prices. Read at task start, before anything is paid: a bad cap fails there."""
+        if "_crew_budget" not in self.__dict__:
+            config = config or CrewHook(crew_conn_id=self.crew_conn_id).config
+            self.__dict__["_crew_budget"] = budget_for(
+                self.max_tokens,
+                self.max_cost,
+                config=config,
+                conn_id=self.crew_conn_id,
+                defaults=self._stops_crew(),
+            )
+        return self.__dict__["_crew_budget"]  # type: ignore[no-any-return]
+
+    def _end_over_budget(self, kickoff_id: str, result: WaitResult, context: Context | None) -> NoReturn:
+        """Stop an execution that reached its budget (unless its trigger did), push its ``usage``, and fail
+        the task without retry: a retry would start paying again."""
+        if result.stopped is None:
+            came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.OVER_BUDGET, context)
+        else:  # the trigger stopped it, at once
+            came_of_it = f"{result.stopped['answer']}, by the triggerer"
+            if self.crew_execution is not None:
+                self.crew_execution.stopped = result.stopped
+            if context is not None:
+                self._after_stop(context, kickoff_id, result.stopped)
+        budget = self._optional_budget()
+        usage = result_xcoms(kickoff_id, result, self._prices()).get(XCOM_USAGE)
+        if context is not None and usage is not None:
+            context["ti"].xcom_push(key=XCOM_USAGE, value=usage)
+        status = result.last_status
+        raise CrewBudgetExceededError(
+            f"{result.message}. {stopped_or_running(came_of_it)} The task fails without retry, so that no "
+            f"retry starts paying again. {self._how_to_raise(budget, status)}"
+        )
+
+    def _how_to_raise(self, budget: Budget | None, status: CrewStatus | None) -> str:
+        """Where to raise the cap ``status`` reached: the task's own, or the connection's default."""
+        cap = budget.cap_reached(status.usage if status is not None else None) if budget else "tokens"
+        parameter = "max_tokens" if cap == "tokens" else "max_cost"
+        if cap_value(getattr(self, parameter), parameter) is not None:
+            return f"To let it spend more, raise the task's {parameter}."
+        extra = "max_usage" if cap == "tokens" else "max_cost"
+        label = "Max tokens per execution" if cap == "tokens" else "Max cost per execution"
+        return (
+            f"To let it spend more, set the task's {parameter}, or raise '{label}' (extra '{extra}') on "
+            f"connection {self.crew_conn_id!r}."
+        )
+
+    def _prices(self) -> Prices | None:
+        """The connection's prices, which give the ``usage`` XCom its cost (None: none, or unreadable)."""
+        budget = self._optional_budget()
+        return budget.prices if budget is not None else None
+
+    def _optional_budget(self) -> Budget | None:
+        """:meth:`_task_budget`, or None when the connection cannot be read (it prices what is pushed)."""
+        try:
+            return self._task_budget()
+        except Exception as error:
+            self.log.warning("Could not read connection %r for the budget: %s", self.crew_conn_id, error)
+            return None
 
     def on_kill(self) -> None:
         """Airflow kills the task while it waits (``execution_timeout``, a user marking it failed or

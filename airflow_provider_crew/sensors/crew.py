@@ -23,7 +23,11 @@ from airflow_provider_crew.operators.base import (
     upstream_task_id,
 )
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
-from airflow_provider_crew.operators.wait_stop import checked_stop_crew, stopped_or_running
+from airflow_provider_crew.operators.wait_stop import (
+    BUDGET_TEMPLATE_FIELDS,
+    checked_stop_crew,
+    stopped_or_running,
+)
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.rules import (
@@ -101,7 +105,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     :xcom execution_url:
     """
 
-    template_fields: Sequence[str] = ("kickoff_id",)
+    template_fields: Sequence[str] = ("kickoff_id", *BUDGET_TEMPLATE_FIELDS)
     owns_execution = False  # it watches an execution another task started: stopped only when asked
     ui_color = "#d8e8fd"
     operator_extra_links = (CrewExecutionLink(),)
@@ -121,6 +125,8 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         openlineage_include_values: bool = False,
         poke_interval: timedelta | float | None = None,
         stop_crew: bool | None = None,
+        max_tokens: int | str | None = None,
+        max_cost: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         interval = one_poll_interval(poll_interval, poke_interval)
@@ -135,6 +141,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
         self.kickoff_task_id = kickoff_task_id or upstream_task_id(kickoff_id)
         self.openlineage_include_values = openlineage_include_values
         self.stop_crew = checked_stop_crew(stop_crew)
+        self._set_budget(max_tokens, max_cost)
         # One wait's state across the pokes of one task try (poke mode keeps this instance).
         self._poke_poller: tuple[tuple[str, Any], Poller] | None = None
 
@@ -183,6 +190,7 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
                 poll_interval=self.poll_interval,
                 max_poll_interval=self.max_poll_interval,
                 log=self.log,
+                budget=self._task_budget(),
             )
             self._poke_poller = (key, poller)
         return self._poke_poller[1]

@@ -18,12 +18,14 @@ from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state, warm_execution_api
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.waiting import stopping
+from airflow_provider_crew.waiting.budget import Budget, SpendingPace
 from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.race import hold_until
 from airflow_provider_crew.waiting.rules import (
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_POLL_INTERVAL,
+    POLL_JITTER,
     Outcome,
     Poller,
     WaitFor,
@@ -157,7 +159,14 @@ class CrewStatusTrigger(BaseTrigger):
         hands the trigger to another (:meth:`stop_if_abandoned`). The api-server's listener reads it
         too, for a task marked while no triggerer runs this trigger
         (:mod:`~airflow_provider_crew.plugins.stop_listener`).
+    :param budget: The execution's caps and prices (``Budget.to_kwargs``): a read over a cap stops the
+        execution here, when ``stop_crew``, and resumes the task on a worker to fail it; the reads are
+        paced by the spending rate (waiting/budget.py). None: no cap, no prices.
+    :param pace: The spending rate's last sample, as the task's read left it (``SpendingPace.to_kwargs``).
     """
+
+    budget: dict[str, Any] | None = None
+    pace: list[Any] | None = None
 
     def __init__(
         self,
@@ -177,6 +186,8 @@ class CrewStatusTrigger(BaseTrigger):
         ends_task_when_finished: bool = False,
         ends_task_when_paused: bool = False,
         stop_crew: bool = False,
+        budget: dict[str, Any] | None = None,
+        pace: list[Any] | None = None,
     ) -> None:
         super().__init__()
         self.kickoff_id = kickoff_id
@@ -194,6 +205,8 @@ class CrewStatusTrigger(BaseTrigger):
         self.ends_task_when_finished = bool(ends_task_when_finished)
         self.ends_task_when_paused = bool(ends_task_when_paused)
         self.stop_crew = bool(stop_crew)
+        if budget is not None:  # else the class's None: a wait without a budget holds nothing more
+            self.budget, self.pace = budget, pace
         self._fired = False  # an event went out: a cancel after it is Airflow's hand-off, not a user's
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -215,6 +228,7 @@ class CrewStatusTrigger(BaseTrigger):
                 "ends_task_when_finished": self.ends_task_when_finished,
                 "ends_task_when_paused": self.ends_task_when_paused,
                 "stop_crew": self.stop_crew,
+                **({"budget": self.budget, "pace": self.pace} if self.budget is not None else {}),
             },
         )
 
@@ -246,6 +260,8 @@ class CrewStatusTrigger(BaseTrigger):
             execution_seen=self.execution_seen,
             kicked_off_at=self.kicked_off_at,
             last_running_at=self.last_running_at,
+            budget=Budget.from_kwargs(self.budget),
+            pace=SpendingPace.from_kwargs(self.pace) if self.pace else None,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -259,21 +275,27 @@ class CrewStatusTrigger(BaseTrigger):
         warm_execution_api(self.task_instance)
         safety_poll = False  # whether this poll came on the safety interval, past the race bound
         try:
-            await asyncio.sleep(first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer))
+            first = first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer)
+            if poller.pace is not None and poller.pace.due is not None:  # a cap: the task's read set it
+                first = min(first, max(0.0, poller.pace.due - time.time()))
+            await asyncio.sleep(first)
             while True:
                 step = await poller.apoll(hook.aget_status(self.kickoff_id, deadline=self.deadline))
                 if isinstance(step, WaitResult):
                     wait_ended(self._task_tags(), step, poller)
                     if safety_poll:
                         self._say_no_wake_came(poller.log, step)
-                    event = await self._event(step, poller.log)
+                    if step.outcome is Outcome.OVER_BUDGET:
+                        step = await self._stop_over_budget(hook, step, poller.log)
+                    event = await self._event(step, poller.log, poller.budget)
                     self._fired = True
                     yield event
                     return
                 in_race_window = time.time() < self.not_before
                 if self.safety_poll_interval and in_race_window:
                     step = min(step, RACE_WINDOW_POLL_INTERVAL)
-                safety_poll = bool(self.safety_poll_interval) and not in_race_window
+                # Not a read a cap's pace brought forward (waiting/budget.py).
+                safety_poll = not in_race_window and step >= self.safety_poll_interval * (1 - POLL_JITTER) > 0
                 await asyncio.sleep(step)
         except asyncio.CancelledError:
             wait_ended(self._task_tags(), None, poller)  # its reads: a wake or a user ended the wait
@@ -340,7 +362,21 @@ class CrewStatusTrigger(BaseTrigger):
             owner=self._task_tags(),
         )
 
-    async def _event(self, result: WaitResult, log: logging.Logger | Any) -> TriggerEvent:
+    async def _stop_over_budget(self, hook: CrewHook, result: WaitResult, log: Any) -> WaitResult:
+        """Stop an execution that reached its budget here, at once: the worker that fails its task starts
+        seconds later, while the crew would go on spending. With ``stop_crew`` off (the connection's
+        ``stop_executions``), the worker says so and leaves it running."""
+        if not self.stop_crew:
+            return result
+        answer = await stopping.astop(
+            hook, self.kickoff_id, stopping.OVER_BUDGET, log, patience=STOP_SECONDS, owner=self._task_tags()
+        )
+        said = answer.outcome.value if answer is not None else "not stopped"
+        return result.model_copy(update={"stopped": {"reason": stopping.OVER_BUDGET, "answer": said}})
+
+    async def _event(
+        self, result: WaitResult, log: logging.Logger | Any, budget: Budget | None = None
+    ) -> TriggerEvent:
         """The task's end, when this trigger may end it; else the event that resumes it on a worker,
         held until Airflow's race bound."""
         ends_task = {
@@ -354,7 +390,8 @@ class CrewStatusTrigger(BaseTrigger):
             # reported upstream as such; nearest: apache/airflow#66158). The order costs nothing, so
             # it may stay after a fix; only the e2e test's look into the triggerer's log can go then.
             log.info("The triggerer ends the task: nothing needs a worker at its end.")
-            xcoms = {"return_value": self.kickoff_id, **result_xcoms(self.kickoff_id, result)}
+            prices = budget.prices if budget is not None else None
+            xcoms = {"return_value": self.kickoff_id, **result_xcoms(self.kickoff_id, result, prices)}
             try:
                 await push_xcoms(self.task_instance, xcoms)
                 return TaskSuccessEvent()

@@ -14,7 +14,12 @@ from airflow_provider_crew import metrics
 from airflow_provider_crew.waiting.rules import Outcome, Poller, WaitResult
 
 #: The ``state`` tag of ``crew.execution.ended`` for the outcomes that end an execution's wait with it.
-ENDED_STATES = {Outcome.SUCCEEDED: "succeeded", Outcome.FAILED: "failed", Outcome.PAUSED: "paused"}
+ENDED_STATES = {
+    Outcome.SUCCEEDED: "succeeded",
+    Outcome.FAILED: "failed",
+    Outcome.PAUSED: "paused",
+    Outcome.OVER_BUDGET: "over_budget",
+}
 #: A FAILED execution that was stopped or cancelled: ``revoked``.
 REVOKED_WORDS = frozenset({"revoked", "cancelled", "canceled"})
 #: The ``kind`` tag of ``crew.execution.tokens``, and the ``usage`` XCom's key it counts.
@@ -48,6 +53,12 @@ def wait_ended(
     for kind, key in TOKEN_KINDS.items():
         if usage is not None and usage.get(key) is not None:
             metrics.count("crew.execution.tokens", usage[key], **task, kind=kind)
+    budget = poller.budget
+    cost = budget.prices.cost(usage) if budget is not None and budget.prices is not None else None
+    if cost is not None:
+        metrics.count("crew.execution.cost", round(cost * 1_000_000), **task)
+    if result.outcome is Outcome.OVER_BUDGET and budget is not None:
+        metrics.count("crew.execution.over_budget", **task, cap=budget.cap_reached(usage))
     if poller.kicked_off_at is not None:
         since = metrics.milliseconds_since(poller.kicked_off_at)
         metrics.timing("crew.execution.duration", since, **task, state=state)

@@ -28,6 +28,7 @@ class CrewWaitEvent(BaseModel):
     # A woken wait's trigger arguments: the wait goes on from them, its deadlines unchanged.
     wait: dict[str, Any] | None = None
     woken_at: float | None = None  # when the crew's webhook came (epoch seconds): the crew's end
+    stopped: dict[str, str] | None = None  # the trigger stopped the execution (its budget): how
 
     @classmethod
     def parse(cls, event: Any) -> CrewWaitEvent:
@@ -47,18 +48,23 @@ class CrewWaitEvent(BaseModel):
             fields = {"record": record_without_output(status), "output": status.output}
         elif status is not None:
             fields = {"record": status.raw}
+        if result.stopped is not None:
+            fields["stopped"] = result.stopped
         return cls(outcome=result.outcome, kickoff_id=kickoff_id, message=result.message, **fields)
 
     def payload(self) -> dict[str, Any]:
         """The event as JSON values, as a trigger fires it (``wait`` and ``output`` only when set)."""
-        exclude = {name for name in ("wait", "output", "woken_at") if name not in self.model_fields_set}
+        optional = ("wait", "output", "woken_at", "stopped")
+        exclude = {name for name in optional if name not in self.model_fields_set}
         return self.model_dump(mode="json", exclude=exclude or None)
 
     def to_result(self) -> WaitResult:
         last_status = CrewStatus.from_response(self.record) if self.record is not None else None
         if last_status is not None and "output" in self.model_fields_set:
             last_status = last_status.model_copy(update={"output": self.output})
-        return WaitResult(outcome=self.outcome, message=self.message, last_status=last_status)
+        return WaitResult(
+            outcome=self.outcome, message=self.message, last_status=last_status, stopped=self.stopped
+        )
 
 
 __all__ = ["CrewWaitEvent"]

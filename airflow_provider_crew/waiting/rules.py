@@ -28,7 +28,9 @@ from airflow_provider_crew.exceptions import (
     CrewRedirectError,
     CrewResponseTooLargeError,
 )
-from airflow_provider_crew.status import UNKNOWN_STATE_TREATMENT, CrewState, CrewStatus
+from airflow_provider_crew.status import CrewState, CrewStatus
+from airflow_provider_crew.waiting.budget import Budget, SpendingPace
+from airflow_provider_crew.waiting.state_log import StateChangeLogger
 
 if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
@@ -39,6 +41,8 @@ DEFAULT_MAX_POLL_INTERVAL = 15.0
 # after kickoff"). The grace counts from the kickoff and ends early once the service has answered
 # for the execution; after it, a 404 means the execution does not exist (or no longer does).
 DEFAULT_NOT_FOUND_GRACE = 60.0
+#: The share of a poll interval its jitter may take off.
+POLL_JITTER = 0.2
 
 
 class _ParameterChoice(str, enum.Enum):
@@ -92,6 +96,9 @@ class Outcome(str, enum.Enum):
     NOT_FOUND = "not_found"
     TIMEOUT = "timeout"
     ERROR = "error"
+    # The execution reached its cap (max_tokens, max_cost) short of its end: it is stopped, and its task
+    # fails without retry (waiting/budget.py).
+    OVER_BUDGET = "over_budget"
     # Not an end: the crew's webhook woke the wait (through Airflow's api-server). The task reads the
     # status itself and ends the wait, or waits on with the same deadlines (``CrewWaitEvent.wait``).
     WOKEN = "woken"
@@ -124,6 +131,7 @@ class FollowedExecution:
     :param url: The execution's page URL (None: the connection has no template).
     :param url_known: Whether ``url`` is known in this process.
     :param stopped: When the task stopped the execution: ``{"reason", "answer"}``.
+    :param budget: The execution's caps, once the task read them (None: no cap).
     """
 
     kickoff_id: str | None = None
@@ -132,6 +140,7 @@ class FollowedExecution:
     url: str | None = None
     url_known: bool = False
     stopped: dict[str, str] | None = None
+    budget: Budget | None = None
 
 
 def outcome_of(status: CrewStatus, wait_for: WaitFor) -> Outcome | None:
@@ -171,42 +180,7 @@ def grown_interval(current: float, maximum: float) -> float:
 def next_poll_interval(current: float, maximum: float) -> float:
     """The next poll's interval: :func:`grown_interval`, with jitter so waits spread out."""
     grown = grown_interval(current, maximum)
-    return max(0.05, random.uniform(grown * 0.8, grown))
-
-
-class StateChangeLogger:
-    """Logs one line per state change, not one per poll, and warns once per wait of a state word the
-    client does not know (to the wait's own log: the task's, or the trigger's, which Airflow routes
-    to the task's)."""
-
-    __slots__ = ("_kickoff_id", "_last", "_log", "_warned_unknown_state")
-
-    def __init__(self, log: logging.Logger | Any, kickoff_id: str) -> None:
-        self._log = log
-        self._kickoff_id = kickoff_id
-        self._last: tuple[Any, ...] | None = None
-        self._warned_unknown_state = False
-
-    def __call__(self, status: CrewStatus) -> None:
-        progress = status.progress
-        key = (
-            status.raw_state,
-            status.message,
-            progress.completed if progress else None,
-            progress.current_task if progress else None,
-        )
-        if key != self._last:
-            self._last = key
-            self._log.info("Crew execution %s: %s", self._kickoff_id, status.describe())
-        if not status.state_known and not self._warned_unknown_state:
-            self._warned_unknown_state = True
-            if status.raw_state:
-                what = f"state {status.raw_state!r}, which this client does not know"
-            else:
-                what = "no state word (no text in its 'state' or 'status')"
-            self._log.warning(
-                "Crew execution %s reports %s; %s.", self._kickoff_id, what, UNKNOWN_STATE_TREATMENT
-            )
+    return max(0.05, random.uniform(grown * (1 - POLL_JITTER), grown))
 
 
 class WaitResult(BaseModel):
@@ -217,6 +191,9 @@ class WaitResult(BaseModel):
     outcome: Outcome
     message: str
     last_status: CrewStatus | None = None
+    # An execution stopped where the wait ended (a trigger stops one over its budget before it fires its
+    # event): ``{"reason", "answer"}``, so that the task does not stop it again.
+    stopped: dict[str, str] | None = None
 
 
 def decide(
@@ -229,6 +206,7 @@ def decide(
     not_found_deadline: float,
     execution_seen: bool,
     last_status: CrewStatus | None,
+    budget: Budget | None = None,
 ) -> WaitResult | None:
     """How one poll's result ends a wait, or None to poll again. No I/O, no clock, no state.
 
@@ -242,6 +220,8 @@ def decide(
     :param execution_seen: The service answered a status for this execution before this poll; a 404
         then means it lost the execution, whatever the grace says.
     :param last_status: The latest status read before this poll, for the messages.
+    :param budget: The execution's caps: a read short of the wait's end that reached one ends the wait
+        ``over_budget`` (a finished execution is past stopping: its end ends the wait as usual).
     """
     if isinstance(polled, CrewNotFoundError):
         if execution_seen:
@@ -257,6 +237,12 @@ def decide(
             return WaitResult(outcome=Outcome.ERROR, message=str(polled), last_status=last_status)
     elif (outcome := outcome_of(polled, wait_for)) is not None:
         return WaitResult(outcome=outcome, message=polled.describe(), last_status=polled)
+    elif budget is not None and not polled.is_terminal and budget.over(polled.usage):
+        return WaitResult(
+            outcome=Outcome.OVER_BUDGET,
+            message=budget.over_message(kickoff_id, polled.usage),
+            last_status=polled,
+        )
     if now >= deadline:
         latest = polled if isinstance(polled, CrewStatus) else last_status
         return WaitResult(
@@ -280,6 +266,8 @@ class Poller:
         "_last_record",
         "_log_state_change",
         "_logged_not_visible",
+        "_pace",
+        "budget",
         "clock",
         "deadline",
         "execution_seen",
@@ -307,6 +295,8 @@ class Poller:
         execution_seen: bool = False,
         kicked_off_at: float | None = None,
         last_running_at: float | None = None,
+        budget: Budget | None = None,
+        pace: SpendingPace | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kickoff_id = kickoff_id
@@ -330,6 +320,10 @@ class Poller:
         self._interval = poll_interval
         self._log_state_change = StateChangeLogger(log, kickoff_id)
         self._logged_not_visible = False
+        # With a cap, the reads are paced by the spending rate (waiting/budget.py); without, nothing
+        # is kept and the schedule is the growing poll interval alone.
+        self.budget = budget
+        self._pace = (pace or SpendingPace()) if budget is not None and budget.capped else None
 
     @property
     def last_status(self) -> CrewStatus | None:
@@ -368,6 +362,7 @@ class Poller:
             execution_seen=self.execution_seen,
             # decide() reads it only to end a wait on an error; a status poll carries its own.
             last_status=self.last_status if isinstance(polled, CrewError) else None,
+            budget=self.budget,
         )
         self.reads += 1
         self._observe(polled, now, ended=result is not None)
@@ -376,7 +371,15 @@ class Poller:
         self.last_running_at = now
         delay = min(self._interval, self.deadline - now)
         self._interval = next_poll_interval(self._interval, self.max_poll_interval)
+        if self._pace is not None and self.budget is not None and isinstance(polled, CrewStatus):
+            paced = self._pace.after_read(now, self.budget, polled.usage, self.log, self.kickoff_id)
+            delay = delay if paced is None else min(delay, paced)
         return delay
+
+    @property
+    def pace(self) -> SpendingPace | None:
+        """The spending rate's last sample, for a trigger to go on from (None without a cap)."""
+        return self._pace
 
     def _observe(self, polled: CrewStatus | CrewError, now: float, *, ended: bool) -> None:
         """Log what the poll showed and remember a sighting of the execution."""

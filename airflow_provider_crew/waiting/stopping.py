@@ -34,6 +34,7 @@ REVIEW_TIMEOUT = "nobody answered the review within response_timeout"
 CLEARED = "the task was cleared"
 AGENT_TIMEOUT = "the agent's call timed out"
 MARKED = "the task was marked "
+OVER_BUDGET = "the execution reached its budget"
 #: The ``reason`` tag of ``crew.stop`` for each reason above (a mark: ``marked_<state>``); others, ``other``.
 REASON_KEYS = {
     EXECUTION_TIMEOUT: "execution_timeout",
@@ -41,6 +42,7 @@ REASON_KEYS = {
     REVIEW_TIMEOUT: "review_timeout",
     CLEARED: "cleared",
     AGENT_TIMEOUT: "agent_timeout",
+    OVER_BUDGET: "over_budget",
 }
 
 # A task instance in one of these states after its wait was cut off has a reader still: a worker or

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting.budget import Prices, priced
 from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
 
 # XCom keys, named once: DAG authors pull them by these names.
@@ -77,14 +78,15 @@ def record_without_paused_output(status: CrewStatus) -> dict[str, Any]:
     return record
 
 
-def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
+def result_xcoms(kickoff_id: str, result: WaitResult, prices: Prices | None = None) -> dict[str, Any]:
     """What a wait that ended finished or paused pushes to XCom, by key.
 
     ``status`` (the last record, less the outputs another key holds: :func:`~.rules.record_without_output`,
     :func:`record_without_paused_output`), then ``human_input`` at a pause (the paused task's
     output, stored once), or ``usage`` (when the service reported it) and ``result`` (the final output,
     stored once) at the end. The worker pushes them one by one; a trigger that ends the task
-    itself pushes them too: the same keys and values either way.
+    itself pushes them too: the same keys and values either way. ``usage`` has its ``cost`` from
+    ``prices``, the connection's (None without them). An end ``over_budget`` pushes them as an end does.
 
     A key not named here is not pushed, not pushed as None: Airflow reads a None XCom as a missing one
     anyway (an XComArg of it still raises ``XComNotFound``), and Airflow 3.0 refuses to store one (422).
@@ -100,14 +102,14 @@ def result_xcoms(kickoff_id: str, result: WaitResult) -> dict[str, Any]:
         xcoms[XCOM_STATUS] = record_without_output(status)
     if status is not None and status.usage is not None:
         # The shape of common.ai's ``usage`` XCom, so cost dashboards built for it read crews too.
-        xcoms[XCOM_USAGE] = status.usage
+        xcoms[XCOM_USAGE] = priced(status.usage, prices)
     if status is not None and status.output is not None:  # a crew may finish without output
         xcoms[XCOM_RESULT] = status.output
     return xcoms
 
 
 def asset_event_extra(
-    kickoff_id: str, result: WaitResult | None, execution_url: str | None
+    kickoff_id: str, result: WaitResult | None, execution_url: str | None, prices: Prices | None = None
 ) -> dict[str, Any]:
     """What a crew task's asset events carry in ``extra``: the execution that produced them.
 
@@ -119,7 +121,7 @@ def asset_event_extra(
     extra: dict[str, Any] = {"kickoff_id": kickoff_id, "state": state}
     if execution_url:
         extra["execution_url"] = execution_url
-    usage = result_xcoms(kickoff_id, result).get(XCOM_USAGE) if result is not None else None
+    usage = result_xcoms(kickoff_id, result, prices).get(XCOM_USAGE) if result is not None else None
     if usage is not None:
         extra[XCOM_USAGE] = usage
     return extra

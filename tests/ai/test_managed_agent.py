@@ -285,3 +285,27 @@ def test_a_kickoff_whose_outcome_is_unknown_is_not_repeated(crew_service, crew_a
     assert crew_service.request_count("kickoff") == 1 and len(crew_service.executions) == 1
     # Airflow does not retry the agent task either: its next try would ask the crew again.
     assert isinstance(caught.value, AirflowFailException)
+
+
+@pytest.mark.crew_service(
+    {
+        "name": "spender",
+        "inputs": ["topic"],
+        "tokens_per_second": 2000,
+        "step_seconds": 1,
+        "tasks": [{"name": "spend", "agent": "Spender", "endless": True}],
+    }
+)
+def test_a_call_over_its_connections_cap_is_stopped_once_and_fails_without_retry(crew_service, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(max_usage=3000))
+
+    with pytest.raises(AirflowFailException) as caught:
+        ask(CrewManagedAgentHook().agent("topic"), vendor_options={}, timeout=60)
+
+    (kickoff_id,) = crew_service.executions
+    assert crew_service.stops == [kickoff_id]
+    spent = crew_service.executions[kickoff_id]["usage_metrics"]["total_tokens"]
+    assert 3000 <= spent <= 3000 + 2000, spent  # within the allowance: one second of spending
+    message = str(caught.value)
+    assert f"Crew execution {kickoff_id} reached its budget" in message and "(max_tokens=3000)" in message
+    assert "raise 'Max tokens per execution' (extra 'max_usage')" in message

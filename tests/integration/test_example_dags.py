@@ -211,3 +211,27 @@ def test_task_decorator_single_and_mapped(run_dag, crew_service, deferrable):
         assert report[topic] == run.xcom("research", key="result", map_index=index)
         assert topic in report[topic]
     assert crew_service.request_count("kickoff") == 4
+
+
+# Prices on crew_default (per million tokens), as the budget example's connection has them.
+PRICED = {"input_price": 3.0, "output_price": 15.0}
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_budget_caps_and_the_usage_cost(run_dag, crew_service, deferrable):
+    run = run_dag(
+        "example_crew_budget",
+        deferrable=deferrable,
+        extra_env=crew_service.connection_env("crew_default", **PRICED),
+    )
+
+    assert run.state == "success", run.stdout[-3000:]
+    reported = run.xcom("report")
+    usage = run.xcom("research_priced", key="usage")
+    assert usage["cost"] == pytest.approx(
+        (usage["input_tokens"] * 3.0 + usage["output_tokens"] * 15.0) / 1e6, abs=1e-6
+    )
+    assert reported["research"] == usage["cost"] and 0 < usage["cost"] < 0.50
+    mapped = [run.xcom("per_topic", key="usage", map_index=index) for index in (0, 1)]
+    assert reported["per_topic"] == pytest.approx(sum(u["cost"] for u in mapped))
+    assert crew_service.request_count("kickoff") == 4 and crew_service.stops == []  # under every cap
