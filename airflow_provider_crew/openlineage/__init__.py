@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_provider_crew.status import whole_counts
+from airflow_provider_crew.status import CrewStatus, whole_counts
+from airflow_provider_crew.waiting.budget import prices_of
 from airflow_provider_crew.waiting.rules import FollowedExecution, Outcome, WaitResult
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class CrewOpenLineageMixin:
             tasksCompleted=progress.completed if progress is not None else None,
             tasksTotal=progress.total if progress is not None else None,
             tokenUsage=_token_usage(status.raw) if status is not None else None,
+            cost=self._lineage_cost(config, status),
             inputNames=sorted(inputs) if inputs is not None else None,
             inputs=_json_safe(dict(inputs)) if include_values and inputs is not None else None,
             output=_json_safe(self._lineage_output(result)) if include_values else None,
@@ -124,6 +126,12 @@ class CrewOpenLineageMixin:
             stopped=followed.stopped,
         )
         return OperatorLineage(run_facets=run_facets)
+
+    @staticmethod
+    def _lineage_cost(config: CrewConnectionConfig | None, status: CrewStatus | None) -> float | None:
+        """The execution's cost from the connection's prices, as XCom ``usage`` has it (None without)."""
+        prices = prices_of(config) if config is not None else None
+        return prices.cost(status.usage) if prices is not None and status is not None else None
 
     def _lineage_connection(self, followed: FollowedExecution) -> CrewConnectionConfig | None:
         """The connection's settings: those the task read, else the connection itself.

@@ -36,6 +36,7 @@ class CrewExecutionRunFacet(RunFacet):
     tasksCompleted: int | None = attr.field(default=None)
     tasksTotal: int | None = attr.field(default=None)
     tokenUsage: dict[str, int] | None = attr.field(default=None)
+    cost: float | None = attr.field(default=None)
     inputNames: list[str] | None = attr.field(default=None)
     inputs: dict[str, Any] | None = attr.field(default=None)
     output: Any = attr.field(default=None)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_crew._compat import BaseOperator
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
-    CrewBudgetExceededError,
     CrewConfigurationError,
     CrewError,
     CrewExecutionNotPausedError,
@@ -198,7 +197,8 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         record = PaidPost(context, self, key=self.ANSWER_KEY, kind="resume", execution_id=execution_id)
         answer = self._sent_before(context, hook, record)
         if answer is None:
-            self._refuse_over_budget(hook, execution_id)
+            if self.wait_for_completion:  # a task that does not wait has no budget to keep
+                self._refuse_over_budget(hook, execution_id)
             answer = self._send(context, hook, record)
         ti = context["ti"]
         ti.xcom_push(key=XCOM_KICKOFF_ID, value=execution_id)
@@ -213,20 +213,6 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         execution_id, result = self._result_from_event(context, event)
         return self._finish_wait(context, execution_id, result)
-
-    def _refuse_over_budget(self, hook: CrewHook, execution_id: str) -> None:
-        """A resume continues from what the execution already spent: one at its cap is not resumed."""
-        budget = self._task_budget(hook.config) if self.wait_for_completion else None
-        if budget is None or not budget.capped:
-            return
-        status = hook.get_status(execution_id)
-        if budget.over(status.usage):
-            state = status.raw_state or status.state.value
-            raise CrewBudgetExceededError(
-                f"Crew execution {execution_id} already spent {budget.describe_spent(status.usage)}, its "
-                f"budget ({budget.describe_caps()}): it is not resumed, and nothing was sent. It stays "
-                f"{state} at the service. {self._how_to_raise(budget, status)}"
-            )
 
     def _send(self, context: Context, hook: CrewHook, record: PaidPost) -> dict[str, Any]:
         """``POST /resume``, recorded for a retry before it is sent and after it was answered."""

@@ -132,6 +132,21 @@ class CrewStopMixin:
             f"retry starts paying again. {self._how_to_raise(budget, status)}"
         )
 
+    def _refuse_over_budget(self, hook: CrewHook, execution_id: str) -> None:
+        """Before a ``POST /resume``: a resume continues from what the execution already spent, so one at
+        its cap is not resumed (the resume operator and a review round call this)."""
+        budget = self._task_budget(hook.config)
+        if budget is None or not budget.capped:
+            return
+        status = hook.get_status(execution_id)
+        if budget.over(status.usage):
+            state = status.raw_state or status.state.value
+            raise CrewBudgetExceededError(
+                f"Crew execution {execution_id} already spent {budget.describe_spent(status.usage)}, its "
+                f"budget ({budget.describe_caps()}): it is not resumed, and nothing was sent. It stays "
+                f"{state} at the service. {self._how_to_raise(budget, status)}"
+            )
+
     def _how_to_raise(self, budget: Budget | None, status: CrewStatus | None) -> str:
         """Where to raise the cap ``status`` reached: the task's own, or the connection's default."""
         cap = budget.cap_reached(status.usage if status is not None else None) if budget else "tokens"

@@ -13,7 +13,7 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import checked_kickoff_id, required_kickoff_id, upstream_task_id
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
-from airflow_provider_crew.operators.wait_stop import checked_stop_crew
+from airflow_provider_crew.operators.wait_stop import BUDGET_TEMPLATE_FIELDS, checked_stop_crew
 from airflow_provider_crew.review.record import RoundRecord, is_round_record
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
 from airflow_provider_crew.waiting.xcom import XCOM_KICKOFF_ID
@@ -41,7 +41,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         and the output in lineage events (off: they may be private).
     """
 
-    template_fields: Sequence[str] = ("kickoff_id", "inputs")
+    template_fields: Sequence[str] = ("kickoff_id", "inputs", *BUDGET_TEMPLATE_FIELDS)
     operator_extra_links = (CrewExecutionLink(),)
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json"}
 
@@ -57,6 +57,8 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         openlineage_include_values: bool = False,
         stop_crew: bool | None = None,
+        max_tokens: int | str | None = None,
+        max_cost: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         require_human_in_the_loop(NEEDS_3_1)
@@ -67,6 +69,7 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         self.inputs = inputs
         self.openlineage_include_values = openlineage_include_values
         self.stop_crew = checked_stop_crew(stop_crew)
+        self._set_budget(max_tokens, max_cost)
         # Waiting never holds a worker slot: the trigger waits for the crew, Airflow's
         # human-in-the-loop machinery for the reviewer.
         self.deferrable = True

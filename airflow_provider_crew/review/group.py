@@ -72,6 +72,8 @@ def crew_human_review(
     retry_delay: timedelta = timedelta(seconds=5),
     openlineage_include_values: bool = False,
     stop_crew: bool | None = None,
+    max_tokens: int | str | None = None,
+    max_cost: float | str | None = None,
 ) -> CrewReviewGroup:
     """
     Lay out a human review of a crew execution: a task group of ``max_rounds`` rounds and a result.
@@ -109,6 +111,9 @@ def crew_human_review(
     :param stop_crew: As on every crew task, and also when a round's ``response_timeout`` passes
         without ``approve_on_timeout`` (nobody will answer that pause). ``None`` (the review owns the
         wait) stops the execution; ``False`` leaves it running (paused, to resume by hand).
+    :param max_tokens: As on every crew task: the execution's cap across every round. A round whose
+        execution already reached it sends no answer; a wait that reads it stops the execution.
+    :param max_cost: As on every crew task.
     """
     require_human_in_the_loop(NEEDS_3_1)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
@@ -126,6 +131,9 @@ def crew_human_review(
         "openlineage_include_values": openlineage_include_values,
         # The wait sensors are the review's own: they stop as the rounds do unless told otherwise.
         "stop_crew": True if stop_crew is None else stop_crew,
+        # The execution's caps, across every round: each wait and each resume keeps them.
+        "max_tokens": max_tokens,
+        "max_cost": max_cost,
     }
     numbers = range(1, max_rounds + 1)
     group = CrewReviewGroup(group_id=group_id)

@@ -311,6 +311,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         if moved_on:
             return self._not_sent(record, moved_on)
         refuse_own_crew_webhook(self, hook.config)
+        self._refuse_over_budget(hook, kickoff_id)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
         try:
             result = kept.resume.send(

@@ -77,6 +77,8 @@ class CrewSpec:
     # Tokens spent per (wall-clock) second while the execution is RUNNING, on top of the per-step
     # tokens; 0 turns it off. Nothing is spent while PENDING, PAUSED or finished.
     tokens_per_second: float = 0.0
+    # Whether the status record carries usage_metrics: off plays a service that reports no usage.
+    reports_usage: bool = True
 
     @property
     def input_names(self) -> list[str]:
@@ -103,6 +105,7 @@ class CrewSpec:
             "faults": [dict(f) for f in self.faults],
             "pause_without_webhook": self.pause_without_webhook,
             "tokens_per_second": self.tokens_per_second,
+            "reports_usage": self.reports_usage,
             "tasks": [
                 {
                     "name": t.name,

@@ -129,6 +129,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         "faults",
         "pause_without_webhook",
         "tokens_per_second",
+        "reports_usage",
     }
     unknown = sorted(set(data) - known)
     _expect(not unknown, f"crew {name}", f"unknown fields {unknown}")
@@ -156,10 +157,6 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
     )
     description = data.get("description", "")
     _expect(isinstance(description, str), f"crew {name}.description", "must be a string")
-    pause_without_webhook = data.get("pause_without_webhook", False)
-    _expect(
-        isinstance(pause_without_webhook, bool), f"crew {name}.pause_without_webhook", "must be true or false"
-    )
     return CrewSpec(
         name=name,
         tasks=tuple(tasks),
@@ -168,9 +165,17 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         pending_seconds=pending,
         step_seconds=step_seconds,
         faults=tuple(dict(f) for f in faults),
-        pause_without_webhook=pause_without_webhook,
+        pause_without_webhook=_flag(data, "pause_without_webhook", False, f"crew {name}"),
         tokens_per_second=tokens_per_second,
+        reports_usage=_flag(data, "reports_usage", True, f"crew {name}"),
     )
+
+
+def _flag(data: Mapping[str, Any], field: str, default: bool, where: str) -> bool:
+    """A true/false field of a crew definition, or its default."""
+    value = data.get(field, default)
+    _expect(isinstance(value, bool), f"{where}.{field}", "must be true or false")
+    return bool(value)
 
 
 def _check_endless_paces(tasks: list[TaskSpec], crew_step_seconds: float, where: str) -> None:

@@ -180,6 +180,8 @@ class Execution:
             "last_executed_task": self.last_executed_task,
             "usage_metrics": self._usage(),
         }
+        if not self.crew.reports_usage:
+            del record["usage_metrics"]
         if self.state in (FAILED, REVOKED):
             record["error"] = self.error
         return record

@@ -65,6 +65,9 @@ def test_a_call_builds_a_kickoff_task_that_returns_the_kickoff_id():
     # A function annotated "-> dict" would push each key with plain @task; this one returns the kickoff id.
     assert op.multiple_outputs is False
     assert {"op_args", "op_kwargs", "inputs", "meta", "task_webhook_url"} <= set(op.template_fields)
+    capped = build(max_tokens=5000, max_cost="{{ params.cost }}").operator
+    assert (capped.max_tokens, capped.max_cost) == (5000, "{{ params.cost }}")
+    assert {"max_tokens", "max_cost"} <= set(capped.template_fields)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,8 @@ def test_a_call_builds_a_kickoff_task_that_returns_the_kickoff_id():
         ({"poll_interval": 0}, "poll_interval must be greater than 0"),
         ({"on_human_input": "ignore"}, "on_human_input='ignore' is not known"),
         ({"task_webhook_url": "ftp://h.test/t"}, "task_webhook_url must be an absolute http"),
+        ({"max_tokens": -5}, "max_tokens must be a positive whole number of tokens"),
+        ({"max_cost": 1, "stop_crew": False}, "max_tokens and max_cost stop the execution at the cap"),
     ],
 )
 def test_bad_arguments_fail_at_dag_parse_naming_them(kwargs, message):

@@ -157,3 +157,21 @@ def test_a_resume_of_an_execution_over_its_cap_is_refused_before_its_post(budget
         f"Crew execution {kickoff_id} already spent" in said
         and "it is not resumed, and nothing was sent" in said
     )
+
+
+@pytest.mark.crew_service({**SPENDER, "reports_usage": False, "pause_without_webhook": False})
+def test_a_service_that_reports_no_usage_is_said_once_and_the_wait_goes_on(budget_home, crew_service):
+    result = run(budget_home, crew_service, "crew_budget_deferred")
+
+    assert result.task_states()[("kickoff", -1)] == "success", result.stdout[-4000:]  # the crew's end
+    assert crew_service.stops == []
+    (kickoff_id,) = crew_service.executions
+    said = [
+        line
+        for line in result.stdout.splitlines()
+        if f"Crew execution {kickoff_id}: its status reports no usage, so its budget (max_tokens={CAP}) "
+        "cannot be enforced; the wait goes on without it" in line
+    ]
+    # Once: the worker's first read says it, and the trigger it defers to goes on from what it said.
+    copies = sum(f"Started crew execution {kickoff_id}" in line for line in result.stdout.splitlines())
+    assert len(said) == copies, said

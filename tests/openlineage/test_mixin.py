@@ -108,6 +108,7 @@ def test_complete_facets_come_from_what_the_task_holds_without_a_request(
     assert facets["externalQuery"]["source"] == crew_service.base_url
     crew = facets[CREW_EXECUTION_FACET]
     assert crew["tokenUsage"] == {"total_tokens": 30, "prompt_tokens": 20, "completion_tokens": 10}
+    assert "cost" not in crew  # the connection has no prices
     assert (crew["state"], crew["outcome"], crew["tasksCompleted"], crew["tasksTotal"]) == (
         "SUCCESS",
         "succeeded",
@@ -205,3 +206,23 @@ def test_the_opt_in_works_with_partial_and_expand():
         ).expand(kickoff_id=kickoffs.output)
     for mapped in (kickoffs, sensors, resumes):
         assert mapped.partial_kwargs["openlineage_include_values"] is True
+
+
+def test_the_cost_comes_from_the_connections_prices(openlineage, crew_service, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_DEFAULT", crew_service.connection_json(input_price=3.0, output_price=15.0)
+    )
+    task = kickoff_task()
+    task.crew_execution = FollowedExecution(
+        "k-1",
+        result=WaitResult(
+            outcome=Outcome.SUCCEEDED, message="done", last_status=CrewStatus.from_response(RECORD)
+        ),
+    )
+
+    crew = facets_dict(task.get_openlineage_facets_on_complete(None))[CREW_EXECUTION_FACET]
+
+    assert crew["cost"] == pytest.approx((20 * 3.0 + 10 * 15.0) / 1e6)  # 20 prompt, 10 completion tokens
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA_FILE.read_text())["$defs"]["CrewExecutionRunFacet"]["allOf"][1]
+    jsonschema.validate(crew, schema)
