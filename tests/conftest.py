@@ -1,9 +1,12 @@
-"""Shared fixtures: a `crew` connection from the environment, as users configure it."""
+"""Shared fixtures: a `crew` connection from the environment, as users configure it; and Chromium
+installed when, and only when, browser tests are selected."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,6 +16,22 @@ if TYPE_CHECKING:
 
 TOKEN = "test-token-s3cr3t-value"
 BASE_URL = "https://crew.example.test"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Selected browser tests (marker ``browser``) and no Chromium: run scripts/browser-setup.sh, which
+    installs Debian's ``chromium`` as root (and says why it cannot otherwise). A run without them, such
+    as the quick one, installs nothing."""
+    selected = sum(1 for item in session.items if item.get_closest_marker("browser"))
+    if not selected:
+        return
+    from tests.browser.harness import CHROMIUM
+
+    if CHROMIUM.is_file():
+        return
+    print(f"\n{selected} browser tests selected and no Chromium at {CHROMIUM}: scripts/browser-setup.sh")
+    setup = Path(__file__).resolve().parents[1] / "scripts" / "browser-setup.sh"
+    subprocess.run(["bash", str(setup)], check=False)
 
 
 def crew_connection_json(host: str = BASE_URL, token: str = TOKEN, **extra: object) -> str:

@@ -76,6 +76,9 @@ CREWS = [
     *(crew(f"soak_{n}", work("only_task", max(n - 0.2, 0.5)), pending=0.1) for n in (2, 10, 20, 30, 40)),
 ]
 SOAK_CREWS = ("soak_2", "soak_10", "soak_20", "soak_30", "soak_40")  # as in dags/crew_wake.py
+# Spends 500 tokens a second until it is stopped (dags/crew_wake.py caps it at 20,000).
+SPENDER = {**crew("spender", work("spend", 1, endless=True)), "tokens_per_second": 500}
+CREWS.append(SPENDER)
 # Status reads of a woken ~60 s wait at most: the read before deferring, the trigger's polls (every 4 s
 # at most until the race bound, 35 s here), the woken task's read, and slack for a loaded machine.
 WINDOW_READS = 16
@@ -130,6 +133,7 @@ def wake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStac
                 "wake_safety",
                 "wake_ended",
                 "wake_marked",
+                "wake_budget",
             ):
                 airflow.wait_for_dag(dag_id)
             yield airflow, service
@@ -248,6 +252,31 @@ def test_woken_waits_end_with_few_status_reads(wake):
         assert "Webhook wake is on" in log
     for dag_id, run_id in runs.items():
         assert_no_race(airflow, dag_id, run_id)
+
+
+def test_woken_waits_with_a_cap_read_at_its_pace_and_stop_the_crew_at_it(wake):
+    """With the wake on, a wait past the race bound polls every 300 s: a cap keeps it reading at the
+    crew's spending pace, so the crew is stopped at its cap (within 10% of it or one second of
+    spending), once, and the task fails without using its retry (issue: the budget)."""
+    airflow, service = wake
+    run_id = airflow.trigger("wake_budget")
+    assert finish(airflow, "wake_budget", run_id) == "failed", airflow.failures("wake_budget", [run_id])
+
+    # One execution: the cap's failure used no retry (a retry would have started another).
+    [kickoff_id] = [k for k, execution in service.executions.items() if execution["crew"] == "spender"]
+    assert service.stops.count(kickoff_id) == 1
+    execution = service.execution(kickoff_id)
+    spent = execution["usage_metrics"]["total_tokens"]
+    print(f"\nwake e2e: capped at 20,000 tokens, stopped at {spent} after {execution['polls']} status reads")
+    assert execution["state"] == "REVOKED"
+    assert 20_000 <= spent <= 20_000 + max(2_000, 500), spent
+    assert airflow.task_states("wake_budget", run_id)["kickoff"] == "failed"
+    usage = airflow.xcom("wake_budget", run_id, "kickoff", key="usage")
+    assert usage["total_tokens"] >= 20_000
+    log = airflow.task_log("wake_budget", run_id, "kickoff")
+    assert f"Crew execution {kickoff_id} reached its budget" in log, log[-4000:]
+    assert "The task fails without retry" in log
+    assert "no webhook woke this wait" not in log  # the cap's reads are no safety poll
 
 
 def test_marking_woken_waits_failed_stops_their_crew_from_the_api_server(wake):

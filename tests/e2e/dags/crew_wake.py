@@ -93,6 +93,19 @@ with dag("wake_ended"):
 
     downstream(ended.output, ended.output["result"], ended.output["status"])
 
+with dag("wake_budget"):
+    # A crew that spends 500 tokens a second until it is stopped, capped at 20,000: the cap comes 40 s
+    # in, after the race bound, when a woken wait polls only every 300 s unless its cap paces it.
+    CrewKickoffOperator(
+        task_id="kickoff",
+        crew_conn_id="crew_spender",
+        inputs={"topic": "tides"},
+        max_tokens=20_000,
+        deferrable=True,
+        retries=1,  # Airflow 3.0's early start (above); the cap's failure must not use it
+        retry_delay=timedelta(seconds=1),
+    )
+
 for crew in SOAK_CREWS:  # one DAG per crew length; the soak starts 10 runs of each
     with dag(f"wake_{crew}"):
         CrewKickoffOperator(
