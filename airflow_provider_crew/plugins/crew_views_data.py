@@ -7,14 +7,18 @@ synchronous database work, which the app (:mod:`.crew_views`) runs in threads.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.links.crew import web_address
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
+from airflow_provider_crew.waiting.budget import CAP_PARAMETERS, cap_value
+from airflow_provider_crew.waiting.stopping import OVER_BUDGET
 from airflow_provider_crew.waiting.xcom import (
     XCOM_EXECUTION_URL,
     XCOM_HUMAN_INPUT,
@@ -57,6 +61,8 @@ TAB_XCOM_KEYS = (
     XCOM_EXECUTION_URL,
 )
 PAGE_XCOM_KEYS = ("return_value", XCOM_KICKOFF_ID, XCOM_USAGE, XCOM_HUMAN_INPUT)
+#: The Crews page's state of a task instance whose execution was stopped over its budget.
+OVER_BUDGET_STATE = "over budget"
 
 
 def _text(value: Any) -> str | None:
@@ -71,6 +77,54 @@ def _word(state: Any) -> str | None:
 def _tokens(usage: Any) -> int | None:
     total = usage.get("total_tokens") if isinstance(usage, dict) else None
     return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def _cost(usage: Any) -> float | None:
+    """A ``usage`` XCom's ``cost``, when it is a number (None without the connection's prices)."""
+    cost = usage.get("cost") if isinstance(usage, dict) else None
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        return float(cost)
+    return None
+
+
+def money(value: float) -> str:
+    """A cost as the views show it: two decimals from 1 on, four significant digits below."""
+    return f"{value:,.2f}" if value >= 1 else f"{value:.4g}"
+
+
+def over_budget_answer(status: Any) -> str | None:
+    """What the stop answered when XCom ``status`` says the execution was stopped over its budget (its
+    ``stopped`` reason, :data:`~airflow_provider_crew.waiting.stopping.OVER_BUDGET`); else None."""
+    stopped = status.get("stopped") if isinstance(status, dict) else None
+    if isinstance(stopped, dict) and stopped.get("reason") == OVER_BUDGET:
+        return (_text(stopped.get("answer")) or "unknown")[:80]  # XCom is writable through the REST API
+    return None
+
+
+def budget_line(answer: str, tokens: int | None, cost: float | None, caps: dict[str, Any] | None) -> str:
+    """The tab's line for an execution stopped over its budget: what it spent, and its cap. ``answer``:
+    what the stop answered; ``caps``: the task's rendered ``max_tokens`` and ``max_cost``, None when
+    unknown (no rendered fields stored: the line says what was spent)."""
+    spent = "an unreported number of tokens" if tokens is None else f"{tokens:,} tokens"
+    spent += "" if cost is None else f" (cost {money(cost)})"
+    head = "Stopped at its budget" if caps is None else "Stopped over its budget"
+    head = head if answer == "stopped" else f"Reached its budget (its stop: {answer})"
+    if caps is None:
+        return f"{head}: spent {spent}."
+    limits = [
+        f"{value:,} tokens" if name == "max_tokens" else f"cost {money(value)}"
+        for name in CAP_PARAMETERS
+        if (value := _cap(caps, name)) is not None
+    ]
+    cap = " and ".join(limits) or "the crew connection's default"  # the task had none of its own
+    return f"{head}: spent {spent}; its cap{'s' if len(limits) > 1 else ''}: {cap}."
+
+
+def _cap(caps: dict[str, Any], parameter: str) -> int | float | None:
+    try:
+        return cap_value(caps.get(parameter), parameter)
+    except CrewConfigurationError:  # not a cap the task could have run with
+        return None
 
 
 def _xcom_value(value: Any) -> Any:
@@ -155,11 +209,14 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         kickoff_id = _text(xcoms.get(XCOM_KICKOFF_ID)) or _text(xcoms.get("return_value"))
         live = state in LIVE_STATES
         follow = following(session, ti) if live else None
-        kickoff_id = kickoff_id or _text(follow and follow.kickoff_id) or _rendered_kickoff_id(session, ti)
+        kickoff_id = kickoff_id or _text(follow and follow.kickoff_id)
+        stopped_answer = over_budget_answer(xcoms.get(XCOM_STATUS))
+        rendered = _rendered_fields(session, ti) if stopped_answer is not None or not kickoff_id else None
+        kickoff_id = kickoff_id or _text((rendered or {}).get("kickoff_id"))
         review = _review_request(session, ti, kickoff_id) if kickoff_id else None
     stored = XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict)
     status = CrewStatus.from_response(xcoms[XCOM_STATUS]) if stored else None
-    source, problem = "xcom", None
+    source, problem, cost = "xcom", None, _cost(xcoms.get(XCOM_USAGE))
     if follow is not None and kickoff_id and follow.conn_id is None:
         problem = UNKNOWN_CONNECTION
     elif follow is not None and follow.conn_id and kickoff_id:
@@ -167,7 +224,10 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         problem = banner(known, stored)
         if known.status is not None:
             status, source = known.status, "service"
+            cost = known.prices.cost(known.status.usage) if known.prices is not None else None
     shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
+    shown["cost"] = cost if shown.get("tokens") is not None else None
+    over_budget = _over_budget(shown, stopped_answer, rendered) if source == "xcom" else None
     view.update(
         kickoff_id=kickoff_id,
         execution_url=web_address(xcoms.get(XCOM_EXECUTION_URL)),
@@ -176,9 +236,21 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         service_problem=problem,
         refresh_seconds=follow.pace if follow else None,
         review_task=review,
+        over_budget=over_budget,
         **shown,
     )
     return view
+
+
+def _over_budget(shown: dict[str, Any], answer: str | None, rendered: dict[str, Any] | None) -> str | None:
+    """The tab's line for an execution its task stopped over its budget (None for another end), from
+    what the task stored; the state shown becomes ``stopped`` when the stop says so."""
+    if answer is None:
+        return None
+    caps = None if rendered is None else {name: rendered.get(name) for name in CAP_PARAMETERS}
+    if answer == "stopped":  # the last state read came before the stop
+        shown.update(state="stopped", state_word=None)
+    return budget_line(answer, shown.get("tokens"), shown.get("cost"), caps)
 
 
 def _task_xcoms(session: Any, ti: Any) -> dict[str, Any]:
@@ -207,13 +279,14 @@ def _shown(status: CrewStatus | None, xcoms: dict[str, Any], usage: Any) -> dict
     return shown
 
 
-def _rendered_kickoff_id(session: Any, ti: Any) -> str | None:
-    """A sensor's or review task's ``kickoff_id`` as rendered for this run (it pushes it only at the end)."""
+def _rendered_fields(session: Any, ti: Any) -> dict[str, Any] | None:
+    """The task instance's template fields as rendered for this run (None when not stored): a sensor's
+    or review task's ``kickoff_id`` (it pushes it only at the end), a task's caps."""
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
     from sqlalchemy import select
 
     fields = session.scalars(select(RTIF.rendered_fields).where(_of_task_instance(RTIF, ti))).first()
-    return _text(fields.get("kickoff_id")) if isinstance(fields, dict) else None
+    return fields if isinstance(fields, dict) else None
 
 
 def _of_task_instance(table: Any, ti: Any) -> Any:
@@ -236,36 +309,19 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-    from sqlalchemy import or_, select
+    from sqlalchemy import or_, select, tuple_
 
     crew = or_(TI.operator.in_(CREW_OPERATORS), TI.custom_operator_name == CREW_DECORATOR)
     window = or_(TI.start_date >= since, TI.start_date.is_(None) & TI.state.in_(list(LIVE_STATES)))
     query = (
-        select(
-            TI.dag_id,
-            TI.run_id,
-            TI.task_id,
-            TI.map_index,
-            TI.state,
-            TI.start_date,
-            TI.end_date,
-            TI.operator,
-            DagRun.state.label("run_state"),
-        )
+        select(*_columns(TI, "state", "start_date", "end_date", "operator"), DagRun.state.label("run_state"))
         .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
         .where(crew, window)
     )
     # The crew tasks' XComs only: joined to their task instances, so that no other task's return_value
     # in the window is read (every DAG's, for a 90-day window).
     xcom_query = (
-        select(
-            XComModel.dag_id,
-            XComModel.run_id,
-            XComModel.task_id,
-            XComModel.map_index,
-            XComModel.key,
-            XComModel.value,
-        )
+        select(*_columns(XComModel, "key", "value"))
         .join(TI, _of_task_instance(XComModel, TI))
         .where(crew, XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
     )
@@ -277,12 +333,28 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
         xcoms: dict[tuple, dict[str, Any]] = defaultdict(dict)
         for dag_id, run_id, task_id, map_index, key, value in session.execute(xcom_query):
             xcoms[(dag_id, run_id, task_id, map_index)][key] = value
+        failed = [tuple(ti[:4]) for ti in tis if _word(ti.state) == "failed"]
+        for chunk in (failed[n : n + 200] for n in range(0, len(failed), 200)):
+            # A failed task's status: was its execution stopped over its budget (it fails then)? Read by
+            # the task instances' keys: none when nothing failed.
+            of_failed = tuple_(*_columns(XComModel)).in_(chunk)
+            status = select(*_columns(XComModel, "value")).where(XComModel.key == XCOM_STATUS, of_failed)
+            for dag_id, run_id, task_id, map_index, value in session.execute(status):
+                xcoms[(dag_id, run_id, task_id, map_index)][XCOM_STATUS] = value
     return list(tis), xcoms
 
 
-def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, tokens: Any, now: datetime) -> dict:
+def _columns(table: Any, *more: str) -> list[Any]:
+    """The columns that name a task instance (in the task instance, XCom and rendered fields tables
+    alike), then ``more``."""
+    return [getattr(table, name) for name in ("dag_id", "run_id", "task_id", "map_index", *more)]
+
+
+def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, usage: Any, now: datetime) -> dict:
     """One line of the Crews page."""
     kickoff = held.get(XCOM_KICKOFF_ID, held.get("return_value"))
+    if XCOM_STATUS in held and over_budget_answer(_xcom_value(held[XCOM_STATUS])) is not None:
+        state = OVER_BUDGET_STATE
     return {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,
@@ -292,7 +364,8 @@ def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, tokens: A
         "kickoff_id": _text(_xcom_value(kickoff)) if kickoff is not None else None,
         "start": start.isoformat() if start else None,
         "duration": round(((ti.end_date or now) - start).total_seconds(), 1) if start else None,
-        "tokens": tokens,
+        "tokens": _tokens(usage),
+        "cost": _cost(usage),
     }
 
 
@@ -313,20 +386,16 @@ def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500)
     since = datetime.now(timezone.utc) - timedelta(days=days)
     tis, xcoms = _window(since, dag_ids)
     now = datetime.now(timezone.utc)
-    # When the latest crew task of each run started: a task that ended at a pause still waits for a
-    # person when nothing in its running run has started since.
-    last_start_in_run: dict[tuple[str, str], datetime] = {}
-    for ti in tis:
-        if ti.start_date is not None:
-            key = (ti.dag_id, ti.run_id)
-            last_start_in_run[key] = max(last_start_in_run.get(key, ti.start_date), ti.start_date)
+    last_start_in_run = _last_start_in_run(tis)
     listed: list[tuple[Any, ...]] = []
     tokens_by_day: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    cost_by_day: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts = {"all": 0, "running": 0, "waiting": 0}
     for ti in tis:
         held = xcoms.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index), {})
         state, start, end = _word(ti.state), ti.start_date, ti.end_date
-        tokens = _tokens(_xcom_value(held[XCOM_USAGE])) if XCOM_USAGE in held else None
+        usage = _xcom_value(held[XCOM_USAGE]) if XCOM_USAGE in held else None
+        tokens, cost = _tokens(usage), _cost(usage)
         paused_after = (
             XCOM_HUMAN_INPUT in held
             and _word(ti.run_state) == "running"
@@ -338,20 +407,36 @@ def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500)
         counts["all"] += 1
         counts["running"] += running
         counts["waiting"] += waiting
-        if tokens and (day := (end or start)):
-            tokens_by_day[day.date().isoformat()][ti.dag_id] += tokens
+        if moment := (end or start):
+            day = moment.date().isoformat()
+            if tokens:
+                tokens_by_day[day][ti.dag_id] += tokens
+            if cost is not None:  # from the usage XComs that have one (the crew connection's prices)
+                cost_by_day[day][ti.dag_id] = round(cost_by_day[day][ti.dag_id] + cost, 6)
         if (show == "running" and not running) or (show == "waiting" and not waiting):
             continue
-        listed.append((start, ti, held, "waiting for a person" if waiting else state, tokens))
+        listed.append((start, ti, held, "waiting for a person" if waiting else state, usage))
     # Newest first; only the rows shown are decoded and built.
     listed.sort(key=lambda entry: entry[0] or now, reverse=True)
-    rows = [_row(ti, held, state, start, tokens, now) for start, ti, held, state, tokens in listed[:limit]]
+    rows = [_row(ti, held, state, start, usage, now) for start, ti, held, state, usage in listed[:limit]]
+    window = _days(since, now)  # every day of the window, without tokens too: the plot's axis
     return {
         "days": days,
         "show": show,
         "counts": counts,
         "rows": rows,
         "more": max(0, len(listed) - limit),
-        # Every day of the window, without tokens too: the plot's axis.
-        "tokens_by_day": {day: dict(tokens_by_day.get(day, {})) for day in _days(since, now)},
+        "tokens_by_day": {day: dict(tokens_by_day.get(day, {})) for day in window},
+        "cost_by_day": {day: dict(cost_by_day.get(day, {})) for day in window},
     }
+
+
+def _last_start_in_run(tis: list[Any]) -> dict[tuple[str, str], datetime]:
+    """When the latest crew task of each run started: a task that ended at a pause still waits for a
+    person when nothing in its running run has started since."""
+    last: dict[tuple[str, str], datetime] = {}
+    for ti in tis:
+        if ti.start_date is not None:
+            key = (ti.dag_id, ti.run_id)
+            last[key] = max(last.get(key, ti.start_date), ti.start_date)
+    return last

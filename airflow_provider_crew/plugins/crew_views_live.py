@@ -16,6 +16,7 @@ from airflow_provider_crew.waiting.rules import grown_interval
 
 if TYPE_CHECKING:
     from airflow_provider_crew.status import CrewStatus
+    from airflow_provider_crew.waiting.budget import Prices
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,7 @@ class Known:
     status_at: float | None = None
     problem: Problem | None = None
     checked: float = 0.0  # when the service was last asked (monotonic)
+    prices: Prices | None = None  # the connection's, which price the usage (None: it has none)
 
 
 class LiveStatuses:
@@ -191,17 +193,18 @@ class LiveStatuses:
     @staticmethod
     def _read(conn_id: str, kickoff_id: str, last: Known) -> Known:
         from airflow_provider_crew.hooks.crew import CrewHook
+        from airflow_provider_crew.waiting.budget import prices_of
 
         service = f"connection {conn_id!r}"
         try:
             hook = CrewHook(crew_conn_id=conn_id, retry_limit=0)
             service = f"{service} ({hook.config.base_url})"
             status = hook.get_status(kickoff_id, deadline=time.time() + SERVICE_READ_SECONDS)
-            return Known(status, time.time(), None, time.monotonic())
+            return Known(status, time.time(), None, time.monotonic(), prices_of(hook.config))
         except Exception as error:
             since = last.problem.since if last.problem is not None else time.time()
             problem = Problem(service, why_unreadable(error, conn_id), since)
-            return Known(last.status, last.status_at, problem, time.monotonic())
+            return Known(last.status, last.status_at, problem, time.monotonic(), last.prices)
 
 
 def why_unreadable(error: Exception, conn_id: str) -> str:

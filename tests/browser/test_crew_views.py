@@ -27,14 +27,20 @@ import requests
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL
-from tests.browser.harness import UI_TIMEOUT_MS, Steps, log_in, missing_requirement
+from tests.browser.harness import (
+    UI_TIMEOUT_MS,
+    Steps,
+    log_in,
+    missing_requirement,  # noqa: F401 - the skipif condition reads it
+)
 from tests.e2e.airflow_stack import AIRFLOW_PATH, FAST_SETTLE, AirflowStack, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
     pytest.mark.skipif(not AIRFLOW_V_3_1_PLUS, reason="plugin views (external_views) need Airflow 3.1+"),
-    pytest.mark.skipif(bool(missing_requirement()), reason=str(missing_requirement())),
+    # Read when each test starts, not at import: Chromium is installed once the selection is known.
+    pytest.mark.skipif("bool(missing_requirement())", reason="no Playwright or Chromium (see the log)"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +72,29 @@ with DAG(dag_id="{DAG_ID}", schedule=None, start_date=pendulum.datetime(2026, 1,
 
     decorated()
 '''
+# A crew that spends 2,000 tokens a second, on a connection with prices, and a kickoff capped at 3,000.
+BUDGET_DAG_ID = "crew_views_budget"
+BUDGET_CAP = 3000
+BUDGET_DAG_FILE = f'''
+import pendulum
+from airflow.sdk import DAG
+from airflow_provider_crew.operators.crew import CrewKickoffOperator
+
+with DAG(dag_id="{BUDGET_DAG_ID}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+    CrewKickoffOperator(
+        task_id="kickoff", crew_conn_id="crew_budget", inputs={{"topic": "budgets"}},
+        max_tokens={BUDGET_CAP}, deferrable=True, retries=0,
+    )
+'''
+SPENDER = {
+    "name": "spender",
+    "inputs": ["topic"],
+    "pending_seconds": 0.05,
+    "step_seconds": 1,
+    "tokens_per_second": 2000,
+    "tasks": [{"name": "draft", "agent": "Writer", "steps": 30}],
+}
+PRICES = {"input_price": 3.0, "output_price": 15.0}  # per million tokens
 WAITING_STATE = "awaiting_input" if AIRFLOW_V_3_3_PLUS else "deferred"
 EXECUTION_PAGE = "https://crews.example.com/executions/{kickoff_id}"
 OUTSIDER = "outsider"  # may not read the review example (tests/e2e/airflow_path/per_dag_auth_manager.py)
@@ -80,14 +109,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "crew_views.py").write_text(DAG_FILE)
+    (dags / "crew_views_budget.py").write_text(BUDGET_DAG_FILE)
     shutil.copy(REVIEW_DAG, dags / REVIEW_DAG.name)
     shutil.copy(RESUME_DAG, dags / RESUME_DAG.name)
     with contextlib.ExitStack() as resources:
         research = resources.enter_context(LocalCrewService("research", speed=0.01))  # 5 s agent steps
         review = resources.enter_context(LocalCrewService("review", speed=0.05))
+        spender = resources.enter_context(LocalCrewService(SPENDER))
         env = {
             **research.connection_env("crew_default", execution_url_template=EXECUTION_PAGE),
             **review.connection_env("crew_review"),
+            **spender.connection_env("crew_budget", **PRICES),
             "AIRFLOW_CONN_CREW_REVIEW_WEBHOOK": json.dumps(
                 {"conn_type": "http", "host": review.webhooks.url_for("human"), "password": "hook-token"}
             ),
@@ -97,7 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
         env |= {
             "AIRFLOW__CORE__AUTH_MANAGER": "per_dag_auth_manager.PerDagAuthManager",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{OUTSIDER}:viewer",
-            "CREW_TEST_HIDDEN_DAGS": REVIEW_DAG_ID,
+            "CREW_TEST_HIDDEN_DAGS": f"{REVIEW_DAG_ID},{BUDGET_DAG_ID}",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(AIRFLOW_PATH), os.environ.get("PYTHONPATH")])),
         }
         airflow = AirflowStack(tmp_path / "home", dags, env)
@@ -110,6 +142,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSta
             airflow.wait_for_dag(DAG_ID)
             airflow.wait_for_dag(REVIEW_DAG_ID)
             airflow.wait_for_dag(RESUME_DAG_ID)
+            airflow.wait_for_dag(BUDGET_DAG_ID)
             airflow.login()
             yield airflow, research, review
         finally:
@@ -360,6 +393,94 @@ def test_the_crews_page_lists_filters_and_plots_tokens(
     assert texts and all("waiting for a person" in text for text in texts), texts
     assert any(run_id in text and "round_1" in text for text in texts), texts
     steps.shot("crews-waiting")
+
+
+def test_an_execution_stopped_over_its_budget_shows_what_it_spent_on_the_tab_and_the_page(
+    stack: tuple[AirflowStack, Any, Any], steps: Steps
+) -> None:
+    from playwright.sync_api import expect
+
+    airflow, _, _ = stack
+    run_id = airflow.trigger(BUDGET_DAG_ID)
+    wait_for(
+        lambda: airflow.dag_run_state(BUDGET_DAG_ID, run_id) == "failed" or None,
+        timeout=240,
+        what="the run stopped over its budget",
+    )
+    view = airflow.session.get(api_url(airflow, BUDGET_DAG_ID, run_id, "kickoff"), timeout=30).json()
+    line = re.compile(
+        r"^Stopped over its budget: spent [\d,]+ tokens \(cost 0\.\d+\); its cap: 3,000 tokens\.$"
+    )
+    assert line.match(view["over_budget"] or ""), view
+    assert view["state"] == "stopped" and view["tokens"] >= BUDGET_CAP and view["cost"] > 0, view
+    page = steps.page
+    log_in(page, airflow.base_url, airflow.username, airflow.password, steps)
+    page.goto(tab_url(airflow, BUDGET_DAG_ID, run_id, "kickoff"), wait_until="domcontentloaded")
+    tab = frame(page)
+    expect(tab.locator("#over-budget")).to_have_text(line, timeout=UI_TIMEOUT_MS)
+    expect(tab.locator("[data-state='stopped']")).to_have_text("Stopped")
+    expect(tab.locator("dl")).to_contain_text(f"{view['tokens']:,} (cost ")
+    steps.shot("over-budget")
+    # The page: the row says so, with its cost; the plot shows the cost per day.
+    page.goto(f"{airflow.base_url}/plugin/crews", wait_until="domcontentloaded")
+    crews = frame(page)
+    row = crews.locator("tbody tr", has_text=run_id)
+    expect(row).to_have_attribute("data-state", "over budget", timeout=UI_TIMEOUT_MS)
+    expect(row.locator("td.state")).to_have_text("over budget")
+    expect(row.locator("td").last).to_have_text(re.compile(r"^0\.\d+$"))
+    crews.get_by_role("button", name="Cost", exact=True).click()
+    expect(crews.locator("#cost-plot rect").first).to_be_attached(timeout=UI_TIMEOUT_MS)
+    expect(crews.locator("#plot-title")).to_have_text("Cost per day (UTC), by DAG")
+    expect(crews.locator("#legend")).to_contain_text(BUDGET_DAG_ID)
+    listed = airflow.session.get(f"{airflow.base_url}/crew-ui/api/crews", timeout=30).json()
+    assert any(BUDGET_DAG_ID in by_dag for by_dag in listed["cost_by_day"].values()), listed["cost_by_day"]
+    steps.shot("crews-cost")
+
+
+def test_hostile_budget_values_in_xcom_are_shown_as_text(steps: Steps) -> None:
+    """XCom is writable through the REST API: what the views show of a budget stop and a cost is text.
+    No stack: the pages are served as the plugin serves them, their data routes answer hostile values."""
+    from playwright.sync_api import expect
+
+    from airflow_provider_crew.plugins import crew_views
+
+    hostile = "<img src=x onerror=alert(1)>"
+    tab = {
+        "found": True, "crew_task": True, "ti_state": "failed", "kickoff_id": hostile, "live": False,
+        "source": "xcom", "state": "stopped", "tokens": 4012, "cost": 0.024177,
+        "over_budget": f"Reached its budget (its stop: {hostile}): spent 4,012 tokens (cost 0.02418).",
+    }  # fmt: skip
+    days = {"2026-11-28": {hostile: 0.5}}
+    row = {"dag_id": hostile, "run_id": "r", "task_id": "t", "map_index": -1, "state": "over budget"}
+    crews = {
+        "counts": {"all": 1, "running": 0, "waiting": 0}, "rows": [{**row, "tokens": 10, "cost": 0.5}],
+        "more": 0, "tokens_by_day": {"2026-11-28": {hostile: 10}}, "cost_by_day": days,
+    }  # fmt: skip
+    page, base = steps.page, "http://views.test/crew-ui"
+    answers = {
+        "/task-instance/d/r/t/-1": (crew_views._PAGES["crew_tab.html"], "text/html"),
+        "/api/task-instance/d/r/t/-1": (json.dumps(tab), "application/json"),
+        "/crews": (crew_views._PAGES["crews.html"], "text/html"),
+        "/api/crews": (json.dumps(crews), "application/json"),
+    }
+    page.route(
+        f"{base}/**",
+        lambda route: route.fulfill(
+            body=answers[route.request.url.split("?")[0].removeprefix(base)][0],
+            content_type=answers[route.request.url.split("?")[0].removeprefix(base)][1],
+        ),
+    )
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{base}/task-instance/d/r/t/-1")
+    expect(page.locator("#over-budget")).to_have_text(tab["over_budget"])
+    expect(page.locator("dl")).to_contain_text("4,012 (cost 0.02418)")
+    page.goto(f"{base}/crews")
+    page.get_by_role("button", name="Cost", exact=True).click()
+    expect(page.locator("#cost-plot rect")).to_have_count(1)
+    expect(page.locator("tbody")).to_contain_text(hostile)
+    steps.shot("hostile-as-text")
+    assert page.locator("img").count() == 0 and dialogs == []
 
 
 def test_with_the_service_down_the_tab_shows_the_last_known_state(

@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
-from tests.browser.harness import UI_TIMEOUT_MS, Steps, log_in, missing_requirement
+from tests.browser.harness import (
+    UI_TIMEOUT_MS,
+    Steps,
+    log_in,
+    missing_requirement,  # noqa: F401 - the skipif condition reads it
+)
 from tests.e2e.airflow_stack import AirflowStack, wait_for
 
 pytestmark = [

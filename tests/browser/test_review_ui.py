@@ -26,7 +26,7 @@ from tests.browser.harness import (
     UI_TIMEOUT_MS,
     Steps,
     log_in,
-    missing_requirement,
+    missing_requirement,  # noqa: F401 - the skipif condition reads it
 )
 from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, metadata_database, wait_for
 

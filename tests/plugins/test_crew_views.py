@@ -246,3 +246,147 @@ def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
 )
 def test_only_a_web_address_becomes_the_execution_page_link(stored, shown):
     assert web_address(stored) == shown
+
+
+# -- budgets: the cost beside the tokens, and an execution stopped over its budget ------------------
+
+
+def _crew_ti(dag_id: str, task_id: str, state: str, ended: datetime, **fields):
+    """A crew task instance as the Crews page's query answers it."""
+    from datetime import timedelta
+
+    return SimpleNamespace(
+        dag_id=dag_id,
+        run_id=fields.get("run_id", "run_1"),
+        task_id=task_id,
+        map_index=-1,
+        state=state,
+        start_date=ended - timedelta(minutes=5),
+        end_date=ended,
+        operator="CrewKickoffOperator",
+        run_state=fields.get("run_state", "success"),
+    )
+
+
+def _stored(**xcoms):
+    """XCom values as the metadata database holds them (Airflow's JSON)."""
+    return {key: json.dumps(value) for key, value in xcoms.items()}
+
+
+OVER_BUDGET_STATUS = {
+    "state": "RUNNING",
+    "usage_metrics": {"prompt_tokens": 3000, "completion_tokens": 1012, "total_tokens": 4012},
+    "stopped": {"reason": "the execution reached its budget", "answer": "stopped"},
+}
+
+
+def _usage(total: int, cost):
+    return {"input_tokens": total - 100, "output_tokens": 100, "total_tokens": total, "cost": cost}
+
+
+def test_the_crews_page_sums_the_cost_per_dag_and_day_and_ignores_what_has_none(monkeypatch):
+    from datetime import timedelta, timezone
+
+    from airflow_provider_crew.waiting.stopping import OVER_BUDGET
+
+    today = datetime.now(timezone.utc).replace(hour=0, minute=30, second=0, microsecond=0)
+    yesterday = today - timedelta(days=1)
+    tis = [
+        _crew_ti("priced", "a", "success", today),
+        _crew_ti("priced", "b", "success", today, run_id="run_2"),
+        _crew_ti("priced", "c", "success", yesterday, run_id="run_3"),
+        _crew_ti("unpriced", "a", "success", today),  # a connection without prices: cost None
+        _crew_ti("hostile", "a", "success", today),  # XCom is writable through the REST API
+        _crew_ti("priced", "over", "failed", today, run_id="run_4"),
+        _crew_ti("priced", "timed_out", "failed", today, run_id="run_5"),
+    ]
+    xcoms = {
+        ("priced", "run_1", "a", -1): _stored(kickoff_id="k-1", usage=_usage(1000, 0.0042)),
+        ("priced", "run_2", "b", -1): _stored(kickoff_id="k-2", usage=_usage(2000, 0.0081)),
+        ("priced", "run_3", "c", -1): _stored(kickoff_id="k-3", usage=_usage(500, 0.0015)),
+        ("unpriced", "run_1", "a", -1): _stored(kickoff_id="k-4", usage=_usage(700, None)),
+        ("hostile", "run_1", "a", -1): _stored(usage=_usage(300, "<img src=x onerror=alert(1)>")),
+        ("priced", "run_4", "over", -1): _stored(
+            kickoff_id="k-5", usage=_usage(4012, 0.024177), status=OVER_BUDGET_STATUS
+        ),
+        ("priced", "run_5", "timed_out", -1): _stored(
+            kickoff_id="k-6", status={"state": "RUNNING", "stopped": {"reason": "the wait's timeout passed"}}
+        ),
+    }
+    monkeypatch.setattr(data, "_window", lambda since, dag_ids: (tis, xcoms))
+
+    view = data.crews_view(7, None, "all")
+
+    assert OVER_BUDGET == "the execution reached its budget"
+    day, before = today.date().isoformat(), yesterday.date().isoformat()
+    assert list(view["cost_by_day"]) == list(view["tokens_by_day"]), "the same days: the plot's axis"
+    assert view["cost_by_day"][day] == {"priced": pytest.approx(0.0042 + 0.0081 + 0.024177)}
+    assert view["cost_by_day"][before] == {"priced": 0.0015}
+    assert view["tokens_by_day"][day] == {"priced": 7012, "unpriced": 700, "hostile": 300}
+    rows = {(row["dag_id"], row["task_id"]): row for row in view["rows"]}
+    assert rows[("priced", "a")]["cost"] == 0.0042 and rows[("priced", "a")]["tokens"] == 1000
+    assert rows[("unpriced", "a")]["cost"] is None and rows[("hostile", "a")]["cost"] is None
+    assert rows[("priced", "over")]["state"] == "over budget" and rows[("priced", "over")]["cost"] == 0.024177
+    assert rows[("priced", "timed_out")]["state"] == "failed", "another stop is not over budget"
+    assert rows[("priced", "a")]["state"] == "success"
+    json.dumps(view, allow_nan=False)  # as the api-server answers it
+
+
+def test_an_execution_stopped_over_its_budget_says_what_it_spent_and_its_cap():
+    assert data.over_budget_answer(OVER_BUDGET_STATUS) == "stopped"
+    assert data.over_budget_answer({"stopped": {"reason": "the task's execution_timeout passed"}}) is None
+    assert data.over_budget_answer({"state": "SUCCESS"}) is None and data.over_budget_answer("x") is None
+    hostile = {"stopped": {"reason": "the execution reached its budget", "answer": "<b>" * 100}}
+    assert data.over_budget_answer(hostile) == ("<b>" * 100)[:80], "bounded; the page shows it as text"
+
+    line = data.budget_line
+    assert line("stopped", 4012, 0.024177, {"max_tokens": 3000, "max_cost": None}) == (
+        "Stopped over its budget: spent 4,012 tokens (cost 0.02418); its cap: 3,000 tokens."
+    )
+    # Rendered from a template: text.
+    assert line("stopped", 4012, None, {"max_tokens": "3000", "max_cost": "1.5"}) == (
+        "Stopped over its budget: spent 4,012 tokens; its caps: 3,000 tokens and cost 1.50."
+    )
+    assert line("stopped", 4012, 0.5, {"max_tokens": None, "max_cost": 0.5}) == (
+        "Stopped over its budget: spent 4,012 tokens (cost 0.5); its cap: cost 0.5."
+    )
+    assert line("stopped", 4012, 0.5, {"max_tokens": None, "max_cost": None}) == (
+        "Stopped over its budget: spent 4,012 tokens (cost 0.5); its cap: the crew connection's default."
+    )
+    assert line("stopped", 4012, 0.5, None) == "Stopped at its budget: spent 4,012 tokens (cost 0.5)."
+    assert line("unknown", None, None, {"max_tokens": 3000}) == (
+        "Reached its budget (its stop: unknown): spent an unreported number of tokens; its cap: 3,000 tokens."
+    )
+    assert data.money(1234.5) == "1,234.50" and data.money(0.000012) == "1.2e-05" and data.money(0.0) == "0"
+
+
+def test_the_tab_shows_an_execution_stopped_over_its_budget_as_stopped():
+    from airflow_provider_crew.status import CrewStatus
+
+    shown = data._shown(CrewStatus.from_response(OVER_BUDGET_STATUS), {}, _usage(4012, 0.024177))
+    assert shown["state"] == "running" and shown["tokens"] == 4012  # the last read, before the stop
+    shown["cost"] = 0.024177
+    line = data._over_budget(shown, "stopped", {"kickoff_id": "k-1", "max_tokens": 3000, "max_cost": None})
+    assert line == "Stopped over its budget: spent 4,012 tokens (cost 0.02418); its cap: 3,000 tokens."
+    assert shown["state"] == "stopped" and shown["state_word"] is None
+    # A stop that did not say it stopped it: the state read is kept.
+    other = {"state": "running", "tokens": 4012}
+    assert data._over_budget(other, "unknown", None) == (
+        "Reached its budget (its stop: unknown): spent 4,012 tokens."
+    )
+    assert other["state"] == "running"
+    assert data._over_budget({"state": "succeeded"}, None, None) is None
+
+
+@pytest.mark.crew_service(speed=0.05)
+def test_a_live_read_prices_the_usage_with_the_connections_prices(crew_service, monkeypatch):
+    from airflow_provider_crew.waiting.budget import Prices
+
+    for name, value in crew_service.connection_env("crew_priced", input_price=3.0, output_price=15.0).items():
+        monkeypatch.setenv(name, value)
+    kickoff_id = CrewHook(crew_conn_id="crew_priced").kickoff({"topic": "x", "current_year": "2026"})
+    known = live_module.LiveStatuses(min_age=0.0).read("crew_priced", kickoff_id)
+    assert known.status is not None and known.prices == Prices(input=3.0, output=15.0)
+    for name, value in crew_service.connection_env("crew_unpriced").items():
+        monkeypatch.setenv(name, value)
+    assert live_module.LiveStatuses(min_age=0.0).read("crew_unpriced", kickoff_id).prices is None
