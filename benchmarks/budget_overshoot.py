@@ -7,8 +7,10 @@ drives it:
 
 - ``blocking``: the worker's wait (``Poller`` + ``wait_blocking`` over ``CrewHook.get_status``), then the
   task's stop (``waiting.stopping.stop``);
-- ``deferred``: the worker's first read, then ``CrewStatusTrigger.run`` in an event loop from the kwargs
-  the task defers with (its budget and pace), which stops the crew itself at the cap;
+- ``deferred``: the worker's reads before it defers (until it knows the spending rate, and on while the
+  cap is nearer than a deferral's gap: then it stops the crew itself), then ``CrewStatusTrigger.run`` in
+  an event loop from the kwargs the task defers with (its budget and pace), which stops the crew at the
+  cap;
 - ``woken``: the same trigger with the webhook wake on (a 300 s safety poll): a wait with a cap keeps
   reading at its spending pace.
 
@@ -19,8 +21,8 @@ of spending: the goal is at most 100%), and the status reads the wait made. Figu
     python benchmarks/budget_overshoot.py [--rates 500,2000,10000] [--cap 10000] [--runs 1]
 
 Not measured here: the gap between a task's deferral and its triggerer starting the trigger (seconds on
-a loaded Airflow), during which the crew spends at its rate; the first poll's due time carried in the
-trigger's kwargs bounds it once the trigger runs.
+a loaded Airflow). A task reads on in the worker while its cap is nearer than that gap
+(``DEFERRAL_GAP_SECONDS``), so the gap falls only where the cap is farther away than it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def spender(rate: float) -> dict[str, Any]:
 def wait_once(mode: str, cap: int) -> str:
     """Kick off one execution and wait for it with ``mode`` until its cap stops it; its kickoff id."""
     from airflow_provider_crew.hooks.crew import CrewHook
+    from airflow_provider_crew.hooks.stop import stop
+    from airflow_provider_crew.operators.wait_stop import read_before_deferring
     from airflow_provider_crew.triggers.crew import CrewStatusTrigger
     from airflow_provider_crew.waiting import stopping
     from airflow_provider_crew.waiting.budget import Budget
@@ -79,10 +83,16 @@ def wait_once(mode: str, cap: int) -> str:
     if mode == "blocking":
         result = wait_blocking(poller, lambda kid: hook.get_status(kid, deadline=poller.deadline))
         assert result.outcome is Outcome.OVER_BUDGET, result
-        stopping.stop(hook, kickoff_id, stopping.OVER_BUDGET, LOG, patience=10, owner={})
+        stop(hook, kickoff_id, stopping.OVER_BUDGET, LOG, patience=10, owner={})
         return kickoff_id
-    step = poller.poll(lambda: hook.get_status(kickoff_id, deadline=poller.deadline))  # the task's read
-    assert not isinstance(step, WaitResult), step
+    # The task's reads before it defers: until it knows the rate, and on while the cap is near.
+    step = read_before_deferring(
+        poller, lambda: poller.poll(lambda: hook.get_status(kickoff_id, deadline=poller.deadline))
+    )
+    if isinstance(step, WaitResult):  # the cap came before a deferral would have: the task stops it
+        assert step.outcome is Outcome.OVER_BUDGET, step
+        stop(hook, kickoff_id, stopping.OVER_BUDGET, LOG, patience=10, owner={})
+        return kickoff_id
     assert poller.budget is not None and poller.pace is not None
     trigger = CrewStatusTrigger(
         kickoff_id=kickoff_id,

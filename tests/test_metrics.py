@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_crew import _compat, metrics
 from airflow_provider_crew.hooks.client.retry import GET_RULE, POST_RULE, RETRIED_AFTER, Step
+from airflow_provider_crew.hooks.stop import stop
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.end_metrics import wait_ended
@@ -278,7 +279,7 @@ def test_a_stop_counts_its_reason_and_answer_and_an_execution_it_may_leave_runni
     stats: FakeStats, outcome: str, answer: str, left_running: str | None
 ) -> None:
     log = logging.getLogger("test")
-    stopping.stop(_StopHook(outcome), "k-1", "the task was marked failed", log, patience=1, owner=TASK)
+    stop(_StopHook(outcome), "k-1", "the task was marked failed", log, patience=1, owner=TASK)
     assert ("incr", "crew.stop", 1, {"reason": "marked_failed", "answer": answer}) in stats.sent
     assert ("incr", f"crew.stop.marked_failed.{answer}", 1, {}) in stats.sent
     running = [tags.get("why") for _, name, _, tags in stats.sent if name == "crew.execution.left_running"]
@@ -287,9 +288,7 @@ def test_a_stop_counts_its_reason_and_answer_and_an_execution_it_may_leave_runni
 
 def test_a_connection_that_does_not_stop_leaves_the_execution_running(stats: FakeStats) -> None:
     log = logging.getLogger("test")
-    stopping.stop(
-        _StopHook("stopped", enabled=False), "k-1", stopping.WAIT_TIMEOUT, log, patience=1, owner=TASK
-    )
+    stop(_StopHook("stopped", enabled=False), "k-1", stopping.WAIT_TIMEOUT, log, patience=1, owner=TASK)
     assert stats.sent == [
         ("incr", "crew.execution.left_running.billing.group__kickoff", 1, {"why": "stop_disabled"}),
         ("incr", "crew.execution.left_running", 1, {**TASK, "why": "stop_disabled"}),

@@ -36,6 +36,7 @@ from airflow_provider_crew.exceptions import (
     CrewValidationError,
 )
 from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
+from airflow_provider_crew.hooks.stop import stop
 from airflow_provider_crew.models import StopOutcome, inputs_mismatch
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
@@ -241,7 +242,7 @@ class CrewManagedAgentHook(CrewHook, BaseManagedAgentHook):
 
     def _stop_unwaited(self, kickoff_id: str, reason: str = CALL_TIMEOUT) -> str:
         """Stop the execution of a call that gave up on it (nobody waits for it); say what came of it."""
-        result = stopping.stop(
+        result = stop(
             self,
             kickoff_id,
             reason,

@@ -31,7 +31,7 @@ from airflow_provider_crew.exceptions import (
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import push_execution_url
 from airflow_provider_crew.operators.base import name_execution_in_asset_events, seconds
-from airflow_provider_crew.operators.wait_stop import CrewStopMixin, stopped_or_running
+from airflow_provider_crew.operators.wait_stop import CrewStopMixin, read_before_deferring, stopped_or_running
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.end_metrics import wait_ended
 from airflow_provider_crew.waiting.event import CrewWaitEvent
@@ -273,10 +273,9 @@ class CrewWaitMixin(CrewStopMixin):
             self._waiting = None
             wait_ended(task, result, poller)
             return result
-        # Read the status here first: a wait that is already over needs no trigger, and a trigger
-        # that fires within a scheduler loop of deferring can trip Airflow's stale executor-event race
-        # (apache/airflow#67287) and fail the task.
-        step = _read_once(poller, hook, task)
+        # Read here first: a wait already over needs no trigger, and a trigger that fires within a
+        # scheduler loop of deferring can trip Airflow's stale executor-event race (apache/airflow#67287).
+        step = read_before_deferring(poller, lambda: _read_once(poller, hook, task))
         self._waiting = None
         if isinstance(step, WaitResult):
             return step

@@ -14,15 +14,25 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import is_task_timeout, task_instance_state
 from airflow_provider_crew.exceptions import CrewBudgetExceededError, CrewConfigurationError
 from airflow_provider_crew.hooks.crew import STOP_PATIENCE_SECONDS, CrewHook
+from airflow_provider_crew.hooks.stop import stop
 from airflow_provider_crew.waiting import stopping
-from airflow_provider_crew.waiting.budget import Budget, Prices, budget_for, cap_value, checked_cap
-from airflow_provider_crew.waiting.rules import FollowedExecution, WaitResult, record_without_output
+from airflow_provider_crew.waiting.budget import (
+    DEFERRAL_GAP_SECONDS,
+    Budget,
+    Prices,
+    budget_for,
+    cap_value,
+    checked_cap,
+)
+from airflow_provider_crew.waiting.rules import FollowedExecution, Poller, WaitResult, record_without_output
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS, XCOM_USAGE, result_xcoms
 
 if TYPE_CHECKING:
@@ -261,12 +271,12 @@ class CrewStopMixin:
         *,
         patience: float = STOP_PATIENCE_SECONDS,
     ) -> str:
-        """:func:`~airflow_provider_crew.waiting.stopping.stop`, and what the status XCom and the lineage
+        """:func:`~airflow_provider_crew.hooks.stop.stop`, and what the status XCom and the lineage
         facets say of it; returns what came of it."""
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         hook.__dict__["config"] = config  # no lookup: this may run while the task is being killed
         owner = metrics.task_tags(self)
-        result = stopping.stop(hook, kickoff_id, reason, self.log, patience=patience, owner=owner)
+        result = stop(hook, kickoff_id, reason, self.log, patience=patience, owner=owner)
         if result is None:
             return "not stopped (see the log)"
         followed = self.crew_execution or FollowedExecution(kickoff_id=kickoff_id)
@@ -285,6 +295,25 @@ class CrewStopMixin:
             context["ti"].xcom_push(key=XCOM_STATUS, value={**last, "stopped": stopped})
         except Exception as error:
             self.log.warning("Could not record the stop of crew execution %s in XCom: %s", kickoff_id, error)
+
+
+def read_before_deferring(poller: Poller, read: Callable[[], WaitResult | float]) -> WaitResult | float:
+    """Read the status (``read``) before a wait defers, and, for a capped wait, read on in the worker
+    while its cap may come within a deferral's gap (:data:`~.budget.DEFERRAL_GAP_SECONDS`: the worker's
+    exit, the scheduler, a triggerer starting the trigger and its first connection lookup), when nobody
+    reads and the crew spends on: until the spending rate is known (at most that gap), and on to the cap
+    when it is nearer than that. Returns the last read's step."""
+    step = read()
+    pace = poller.pace
+    learning_until = time.time() + DEFERRAL_GAP_SECONDS
+    while (
+        isinstance(step, float)
+        and pace is not None
+        and pace.cap_within(DEFERRAL_GAP_SECONDS, learning=time.time() < learning_until)
+    ):
+        time.sleep(step)
+        step = read()
+    return step
 
 
 def stopped_or_running(came_of_it: str | None) -> str:

@@ -13,8 +13,8 @@ When a user sets a task instance's state through the REST API or the UI, Airflow
 ``previous_state=None`` (3.0+, apache/airflow#48941), inside the request, before it commits. The task
 instance still names its trigger then, and the trigger's row is there (a triggerer deletes it in its
 loop, after the commit): this listener reads it and, for a crew wait with ``stop_crew``, stops the
-execution by the trigger's rules (:func:`stopping.stop_unless_reached`: a crew that reached what the
-wait waits for is not stopped).
+execution by the trigger's rules (:func:`~airflow_provider_crew.hooks.stop.stop` with ``unless_reached``:
+a crew that reached what the wait waits for is not stopped).
 
 - No triggerer holds the trigger: the stop starts as soon as the request has committed the state.
 - A triggerer holds it: its trigger stops the execution. The listener looks again
@@ -136,6 +136,7 @@ def stop_abandoned(wait: AbandonedWait) -> None:
     """Stop ``wait``'s execution unless its task instance changed since, or its crew reached what the
     wait waits for (or was stopped already, by its trigger); never raises."""
     from airflow_provider_crew.hooks.crew import CrewHook
+    from airflow_provider_crew.hooks.stop import stop
     from airflow_provider_crew.triggers.crew import STOP_SECONDS
 
     try:
@@ -154,8 +155,14 @@ def stop_abandoned(wait: AbandonedWait) -> None:
             )
         hook = CrewHook(wait.crew_conn_id)
         owner = {"dag_id": wait.dag_id, "task_id": wait.task_id}
-        stopping.stop_unless_reached(
-            hook, wait.kickoff_id, wait.wait_for, wait.reason, log, patience=STOP_SECONDS, owner=owner
+        stop(
+            hook,
+            wait.kickoff_id,
+            wait.reason,
+            log,
+            patience=STOP_SECONDS,
+            owner=owner,
+            unless_reached=wait.wait_for,
         )
     except Exception:
         log.warning("Could not stop crew execution %s (%s).", wait.kickoff_id, wait.reason, exc_info=True)

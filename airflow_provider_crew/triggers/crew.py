@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
+from asgiref.sync import sync_to_async
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import TRIGGER_ON_KILL, task_instance_state, warm_execution_api
 from airflow_provider_crew.hooks.crew import CrewHook
+from airflow_provider_crew.hooks.stop import stop
+from airflow_provider_crew.models import StopResult
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.budget import Budget, SpendingPace
 from airflow_provider_crew.waiting.end_metrics import wait_ended
@@ -286,7 +289,7 @@ class CrewStatusTrigger(BaseTrigger):
                     if safety_poll:
                         self._say_no_wake_came(poller.log, step)
                     if step.outcome is Outcome.OVER_BUDGET:
-                        step = await self._stop_over_budget(hook, step, poller.log)
+                        step = await self._stop_over_budget(step, poller.log)
                     event = await self._event(step, poller.log, poller.budget)
                     self._fired = True
                     yield event
@@ -329,17 +332,13 @@ class CrewStatusTrigger(BaseTrigger):
         does one whose state cannot be read in time. A trigger past its timeout, or one that fired its
         event, was ended by Airflow's own course: its task's worker handles the end.
 
-        With the webhook wake on (``safety_poll_interval``), nothing: a wake ends the deferral from
-        outside as a user's action does, and the trigger cannot tell them apart. A user's mark is then
-        the api-server's listener's to stop (:mod:`~airflow_provider_crew.plugins.stop_listener`),
-        which a wake does not call.
+        With the webhook wake on, nothing: a wake ends the deferral from outside as a user's action does.
+        A user's mark is then the api-server's listener's to stop (:mod:`~.plugins.stop_listener`).
         """
         if not self.may_stop() or self.woken_by_webhook or self.task_instance is None:
             return
         log = type(self).logger()
         ti = self.task_instance
-        from asgiref.sync import sync_to_async
-
         query = sync_to_async(task_instance_state)(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         try:
             # Shielded: cancelling a request in flight on 3.0-3.1's channel breaks the next one.
@@ -352,25 +351,27 @@ class CrewStatusTrigger(BaseTrigger):
         reason = stopping.reason_for_state(state, deferred=True)
         if reason is None:
             return  # the task is still deferred: a triggerer restart or hand-over, not a user
-        await stopping.astop_unless_reached(
+        await self._stop(reason, log, unless_reached=WaitFor(self.wait_for))
+
+    async def _stop(self, reason: str, log: Any, unless_reached: WaitFor | None = None) -> StopResult | None:
+        """The one stop (:func:`~airflow_provider_crew.hooks.stop.stop`), sync as the task's, in a pool
+        thread: not the one thread other triggers' connection lookups take (a stop is rare)."""
+        return await sync_to_async(stop, thread_sensitive=False)(
             CrewHook(self.crew_conn_id),
             self.kickoff_id,
-            WaitFor(self.wait_for),
             reason,
             log,
             patience=STOP_SECONDS,
             owner=self._task_tags(),
+            unless_reached=unless_reached,
         )
 
-    async def _stop_over_budget(self, hook: CrewHook, result: WaitResult, log: Any) -> WaitResult:
-        """Stop an execution that reached its budget here, at once: the worker that fails its task starts
-        seconds later, while the crew would go on spending. With ``stop_crew`` off (the connection's
-        ``stop_executions``), the worker says so and leaves it running."""
+    async def _stop_over_budget(self, result: WaitResult, log: Any) -> WaitResult:
+        """Stop an execution over its budget here, at once (the worker that fails its task starts seconds
+        later); with ``stop_crew`` off, the worker says so and leaves it running."""
         if not self.stop_crew:
             return result
-        answer = await stopping.astop(
-            hook, self.kickoff_id, stopping.OVER_BUDGET, log, patience=STOP_SECONDS, owner=self._task_tags()
-        )
+        answer = await self._stop(stopping.OVER_BUDGET, log)
         said = answer.outcome.value if answer is not None else "not stopped"
         return result.model_copy(update={"stopped": {"reason": stopping.OVER_BUDGET, "answer": said}})
 
@@ -429,7 +430,6 @@ async def push_xcoms(task_instance: Any, xcoms: dict[str, Any]) -> None:
     an end event's ``xcoms`` once, send them with the event and delete this function.
     """
     from airflow.sdk.execution_time.xcom import XCom
-    from asgiref.sync import sync_to_async
 
     def push() -> None:
         for key, value in xcoms.items():

@@ -27,6 +27,10 @@ SLACK_SECONDS = 1.0
 #: With a cap, the read after the first one comes within this many seconds: the first two reads
 #: give the spending rate, which then schedules the reads.
 FIRST_RATE_READ_SECONDS = 1.0
+#: How long a deferral leaves a wait unread: the worker's exit, the scheduler, a triggerer starting the
+#: trigger and its first connection lookup (3-4 s on a fresh triggerer; seconds more on a loaded Airflow).
+#: A capped wait whose cap may come sooner reads on in the worker instead (``CrewStopMixin``).
+DEFERRAL_GAP_SECONDS = 10.0
 #: The parameters of a crew task that set its caps, and the connection extras that give their defaults.
 CAP_PARAMETERS = {"max_tokens": "max_usage", "max_cost": "max_cost"}
 # The token cap's extra is ``max_usage``, not ``max_tokens``: Airflow masks the value of any extra whose
@@ -239,13 +243,23 @@ class SpendingPace:
     nothing (paused, idle) leaves the wait's own schedule as it is.
     """
 
-    __slots__ = ("at", "due", "said_unenforceable", "used")
+    __slots__ = ("at", "due", "rate", "said_unenforceable", "used")
 
     def __init__(self, at: float | None = None, used: float | None = None) -> None:
         self.at = at
         self.used = used
         self.said_unenforceable = False  # the wait said its cap cannot be enforced (no usage reported)
         self.due: float | None = None  # when the next read is due by the rate (epoch seconds)
+        self.rate: float | None = None  # the share of the cap spent per second, between the last reads
+
+    def cap_within(self, seconds: float, *, learning: bool) -> bool:
+        """Whether the cap may come within ``seconds`` at the rate last read; without a rate (a first
+        read, or nothing spent since the last), ``learning``. False when the service reports no usage."""
+        if self.used is None:
+            return False
+        if not self.rate:
+            return learning
+        return (1.0 - self.used) / self.rate < seconds
 
     def to_kwargs(self) -> list[Any]:
         """The pace as JSON primitives (a trigger's kwargs): the wait goes on at the same pace."""
@@ -291,8 +305,9 @@ class SpendingPace:
         if before_at is None or before_used is None:
             return FIRST_RATE_READ_SECONDS
         if now <= before_at or used <= before_used:
+            self.rate = 0.0
             return None
-        rate = (used - before_used) / (now - before_at)  # share of the cap per second
+        rate = self.rate = (used - before_used) / (now - before_at)  # share of the cap per second
         allowance = max(SLACK_SECONDS, OVERSHOOT_SHARE / rate)
         to_cap = max(0.0, (1.0 - used) / rate)
         # Far from the cap, halfway there: a rate read over a start (queued, nothing spent yet) or a

@@ -1,4 +1,5 @@
-"""Stopping an execution nobody waits for any more: when, why, and the one log line that says so. No I/O.
+"""Stopping an execution nobody waits for any more: when, why, and the one log line that says so. No I/O:
+the stop itself is :func:`airflow_provider_crew.hooks.stop.stop`, which follows these rules.
 
 A crew task that owns its execution's wait (the kickoff, a resume, the review's rounds; a sensor only
 when asked with ``stop_crew=True``) stops the execution (``POST /stop/{kickoff_id}``) when something
@@ -16,13 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_crew import metrics
-from airflow_provider_crew.exceptions import CrewError
-from airflow_provider_crew.waiting.rules import WaitFor, outcome_of
 
 if TYPE_CHECKING:  # the contract's models load where a request is sent, not with the DAG file's tasks
     from airflow_provider_crew.models import StopResult
@@ -75,94 +73,12 @@ def reason_for_state(state: str | None, *, deferred: bool) -> str | None:
     return f"{MARKED}{word}"
 
 
-def stop(
-    hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float, owner: Mapping[str, str]
-) -> StopResult | None:
-    """Stop an execution nobody waits for: ``POST /stop`` unless the connection turned stopping off or
-    its service has none, and one log line either way. The task, the trigger (:func:`astop`) and the
-    managed agent all stop through here.
+def not_stopping(config: Any, kickoff_id: str, reason: str, log: Any, owner: Mapping[str, str]) -> bool:
+    """Whether the execution is left running after all (the connection's ``stop_executions`` is off, or
+    its service has no /stop); if so, the log line and ``crew.execution.left_running`` say so.
 
-    :param hook: The ``CrewHook`` of the execution's connection.
-    :param reason: Why, in the log line's words (:data:`WAIT_TIMEOUT`, ...).
-    :param log: Where the line goes.
-    :param patience: Seconds the stop may take.
-    :param owner: The ``dag_id`` and ``task_id`` tags of the task that owned the execution, for
-        ``crew.execution.left_running`` when it may run on.
-    :return: The service's answer; None when nothing was sent (the line says why).
+    :param config: The connection's ``CrewConnectionConfig``.
     """
-    config = hook.config
-    if _not_stopping(config, kickoff_id, reason, log, owner):
-        return None
-    result: StopResult = hook.stop(kickoff_id, patience=patience)
-    _log_stop(config, kickoff_id, reason, result, log, owner)
-    return result
-
-
-async def astop(
-    hook: Any, kickoff_id: str, reason: str, log: Any, *, patience: float, owner: Mapping[str, str]
-) -> StopResult | None:
-    """:func:`stop` in an event loop (a trigger)."""
-    config = await hook.aget_config()
-    if _not_stopping(config, kickoff_id, reason, log, owner):
-        return None
-    result: StopResult = await hook.astop(kickoff_id, patience=patience)
-    _log_stop(config, kickoff_id, reason, result, log, owner)
-    return result
-
-
-def stop_unless_reached(
-    hook: Any,
-    kickoff_id: str,
-    wait_for: WaitFor,
-    reason: str,
-    log: Any,
-    *,
-    patience: float,
-    owner: Mapping[str, str],
-) -> StopResult | None:
-    """:func:`stop` a deferred wait's execution that something outside its trigger ended, unless the
-    crew already reached what the wait waits for: a webhook wake ends the deferral from outside too,
-    and its woken task reads the execution. Only an execution still short of that has nobody waiting
-    for it. The trigger (:func:`astop_unless_reached`) and the api-server's listener stop through here.
-
-    :param wait_for: What the wait waits for (a pause ends a ``human_input`` wait).
-    :param patience: Seconds the status read may take, and then the stop.
-    :param owner: The ``dag_id`` and ``task_id`` tags of the task that owned the execution (:func:`stop`).
-    :return: The service's answer; None when nothing was sent (a log line says why, except when the
-        crew reached its end: its task reads it).
-    """
-    try:
-        status = hook.get_status(kickoff_id, deadline=time.time() + patience)
-    except CrewError as error:
-        log.info("Not stopping crew execution %s: its status is unknown (%s).", kickoff_id, error)
-        return None
-    if outcome_of(status, wait_for) is not None:
-        return None
-    return stop(hook, kickoff_id, reason, log, patience=patience, owner=owner)
-
-
-async def astop_unless_reached(
-    hook: Any,
-    kickoff_id: str,
-    wait_for: WaitFor,
-    reason: str,
-    log: Any,
-    *,
-    patience: float,
-    owner: Mapping[str, str],
-) -> StopResult | None:
-    """:func:`stop_unless_reached` in an event loop (a trigger)."""
-    try:
-        status = await hook.aget_status(kickoff_id, deadline=time.time() + patience)
-    except CrewError as error:
-        log.info("Not stopping crew execution %s: its status is unknown (%s).", kickoff_id, error)
-        return None
-    if outcome_of(status, wait_for) is not None:
-        return None
-    return await astop(hook, kickoff_id, reason, log, patience=patience, owner=owner)
-
-
-def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any, owner: Mapping[str, str]) -> bool:
     line = before_stop(config.base_url, kickoff_id, reason, enabled=config.stop_executions)
     if line is not None:
         log.info("%s", line)
@@ -171,9 +87,11 @@ def _not_stopping(config: Any, kickoff_id: str, reason: str, log: Any, owner: Ma
     return line is not None
 
 
-def _log_stop(
+def stop_said(
     config: Any, kickoff_id: str, reason: str, result: StopResult, log: Any, owner: Mapping[str, str]
 ) -> None:
+    """The log line and the metrics of a stop's answer (``crew.stop``, and ``left_running`` when the
+    execution may run on)."""
     from airflow_provider_crew.models import StopOutcome
 
     level, line = after_stop(config.base_url, kickoff_id, reason, result)

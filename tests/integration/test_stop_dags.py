@@ -114,7 +114,7 @@ def test_the_wait_timeout_stops_the_execution(stop_home, crew_service, dag_id):
     if dag_id.endswith("deferred"):
         # The trigger ran inline and fired its time-out; the worker, resumed with it, stopped the execution:
         # the one stop line comes after the trigger completed (a trigger stops only when cancelled, and
-        # the task and the trigger log it through the same waiting.stopping.stop).
+        # the task and the trigger log it through the same hooks.stop.stop).
         deferred = result.stdout.index("Pausing task as DEFERRED")
         fired = result.stdout.index("[DAG TEST] Trigger completed")
         assert deferred < fired < result.stdout.index(line), result.stdout[-4000:]

@@ -208,3 +208,16 @@ def test_the_budget_and_its_pace_travel_as_json_primitives():
     again = SpendingPace.from_kwargs(pace.to_kwargs())
     assert (again.at, again.used, again.due) == (pace.at, pace.used, pace.due)
     assert Budget.from_kwargs(None) is None
+
+
+def test_a_capped_wait_knows_when_its_cap_is_nearer_than_a_deferral():
+    pace = SpendingPace()
+    assert pace.cap_within(10, learning=True) is False  # no read yet: nothing to learn from
+    pace.next_read(0.0, 0.0)
+    assert pace.cap_within(10, learning=True) and not pace.cap_within(10, learning=False)  # no rate yet
+    pace.next_read(1.0, 0.05)  # 5% a second: the cap in 19 s
+    assert not pace.cap_within(10, learning=True)
+    pace.next_read(2.0, 0.2)  # 15% a second: the cap in 5.3 s
+    assert pace.cap_within(10, learning=False)
+    pace.next_read(3.0, 0.2)  # nothing spent since: no rate
+    assert pace.cap_within(10, learning=True) and not pace.cap_within(10, learning=False)
