@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -198,6 +199,7 @@ def review_in_airflow(home: Path, *, ui: bool) -> int:
             airflow.stop()
     print(f"\nDAG run {run_id}: success in {seconds:.0f} s.\n")
     print("\n".join(review_record(history, final, kinds)))
+    print("\n".join(["", *closing_lines(REVIEW_DAG_ID, home, run_id=run_id)]))
     return 0
 
 
@@ -234,8 +236,9 @@ def answer_each_round(airflow: Any, run_id: str) -> str:
 
 
 def request_as_seen(detail: dict[str, Any]) -> list[str]:
-    """A request as the Required Actions page shows it: subject, body (its first lines), options."""
-    body = str(detail.get("body") or "").splitlines()
+    """A request as the Required Actions page shows it: subject, body (its first lines, as plain text:
+    the page renders its Markdown), options."""
+    body = plain_text(str(detail.get("body") or "")).splitlines()
     shown = body[:BODY_LINES] + (
         [f"… ({len(body) - BODY_LINES} more lines in the UI)"] if len(body) > BODY_LINES else []
     )
@@ -244,6 +247,37 @@ def request_as_seen(detail: dict[str, Any]) -> list[str]:
         textwrap.indent("\n".join(shown), "   | ", lambda _: True),
         f"   Options: {', '.join(detail.get('options') or [])}; a 'feedback' field.",
     ]
+
+
+_HEADING = re.compile(r"^#{1,6}\s+")
+_QUOTE = re.compile(r"^>\s?")
+_FENCE = re.compile(r"^(`{3,}|~{3,})")
+_CODE = re.compile(r"(`+)(.+?)\1")
+_STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_EMPHASIS = re.compile(r"(?<![*\w])\*(?=\S)(.+?)(?<=\S)\*(?![*\w])")
+
+
+def plain_text(markdown: str) -> str:
+    """Markdown as a terminal shows it best: without ``#`` headings, ``**``/``*`` emphasis, inline
+    code's backticks, ``>`` quotes and ``\\|`` escapes. A fenced block (the crew's output) is kept
+    verbatim, without its fence lines."""
+    lines: list[str] = []
+    fence = ""  # the open fence's backticks (or tildes), while in a fenced block
+    for line in markdown.splitlines():
+        opening = _FENCE.match(line)
+        if fence:
+            if line.strip() == fence:
+                fence = ""
+            else:
+                lines.append(line)
+            continue
+        if opening:
+            fence = opening.group(1)
+            continue
+        text = _QUOTE.sub("", _HEADING.sub("", line))
+        text = _EMPHASIS.sub(r"\1", _STRONG.sub(r"\1", _CODE.sub(r"\2", text)))
+        lines.append(text.replace("\\|", "|"))
+    return "\n".join(lines)
 
 
 def review_record(history: list[dict[str, Any]], final: object, webhook_kinds: list[str]) -> list[str]:
@@ -322,7 +356,55 @@ def scripted_review(home: Path, *, blocking: bool) -> int:
         print(f"The run did not tell the expected story: {error}", file=sys.stderr)
         return 1
     print("\n".join(lines))
+    print("\n".join(["", *closing_lines(DAG_ID, home, scripted=True)]))
     return 0
+
+
+def closing_lines(dag_id: str, home: Path, *, run_id: str | None = None, scripted: bool = False) -> list[str]:
+    """The demo's last lines: what ran, with which crew, where its logs are, and what to try next.
+
+    :param dag_id: The DAG that ran (``example_dags/<dag_id>.py``).
+    :param home: The demo's AIRFLOW_HOME.
+    :param run_id: The DAG run, for the path of its task logs (the review in a real Airflow).
+    :param scripted: The run was ``airflow dags test`` of the scripted review.
+    """
+    from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_VERSION
+
+    dag_file = f"example_dags/{dag_id}.py"
+    logs = home / "logs"
+    if scripted:
+        how = f"with `airflow dags test` on Airflow {AIRFLOW_VERSION}"
+        where = [
+            "Logs: `airflow dags test` prints the task logs rather than keeping them in files, and the demo",
+            "  shows them only when the run fails.",
+        ]
+        if AIRFLOW_V_3_1_PLUS:
+            where.append(f"  The demo without --scripted keeps every task's log under {logs}.")
+    else:
+        how = f"in a real Airflow {AIRFLOW_VERSION} (api-server, scheduler, dag-processor, triggerer)"
+        where = [
+            "Logs, kept until the next demo run:",
+            f"  each task's: {logs / f'dag_id={dag_id}' / f'run_id={run_id}'}/task_id=<task>/attempt=<n>.log",
+            f"  each Airflow component's: {logs}/<component>.log (scheduler.log, triggerer.log...)",
+        ]
+    ui = (
+        "  - Review the drafts yourself in the browser: bash scripts/demo.sh --ui"
+        if AIRFLOW_V_3_1_PLUS
+        else "  - Review the drafts yourself in the browser: Airflow 3.1+, then bash scripts/demo.sh --ui"
+    )
+    return [
+        f"What ran: the DAG {dag_id} ({dag_file}),",
+        f"  {how}, with SQLite in {home}.",
+        "The crew was the bundled local stand-in (airflow_provider_crew.testing): scripted agents that",
+        "  return canned text, with no model, no API key and nothing leaving this machine.",
+        *where,
+        "Next:",
+        ui,
+        f"  - Run it against your deployed crew: copy {dag_file}",
+        "    into your DAGs folder and set its connections crew_review (host = the crew's base URL,",
+        "    password = its bearer token) and crew_review_webhook (where the crew announces a pause);",
+        "    docs/quickstart.rst shows how.",
+    ]
 
 
 def story(drafts: list[str], feedback: list[dict], final: object, webhook_kinds: list[str]) -> list[str]:

@@ -101,6 +101,92 @@ def test_a_request_is_printed_as_the_required_actions_page_shows_it():
     assert "(5 more lines in the UI)" in text
 
 
+def test_a_request_body_is_printed_as_plain_text_and_the_crews_output_verbatim():
+    from airflow_provider_crew.review.request import review_body
+    from airflow_provider_crew.status import CrewStatus
+
+    demo = load_demo()
+    output = "draft_task by Writer (attempt 1): **Data contracts**\n# kept as the crew wrote it\n`x`"
+    status = CrewStatus.from_response(
+        {
+            "state": "PAUSED",
+            "status": "Pending Human Input",
+            "last_executed_task": {
+                "task_id": "t-1",
+                "name": "draft_task",
+                "agent": "Writer",
+                "output": output,
+            },
+        }
+    )
+    markdown = review_body(
+        "k-1",
+        status,
+        [{"round": 1, "answer": "Request changes", "feedback": "a | b", "applied": True}],
+        round_number=2,
+        total_rounds=3,
+        inputs={"topic": "data contracts"},
+        retried=True,
+    )
+    assert "**" in markdown and "### " in markdown and "`k-1`" in markdown  # what the UI renders
+
+    text = "\n".join(demo.request_as_seen({"subject": "Review", "body": markdown, "options": ["Approve"]}))
+
+    assert_in_order(
+        text,
+        "| Review round 2 of 3: crew execution k-1 waits for your review of task draft_task.",
+        "| Asked again:",
+        "| Output\n",
+        "| draft_task by Writer (attempt 1): **Data contracts**\n",  # the output as the crew wrote it
+        "| # kept as the crew wrote it\n   | `x`\n",
+        "| Inputs\n",
+        "| - topic: data contracts",
+        "| Earlier rounds\n",
+        "| 1. Request changes by time-out default: a | b",
+        "| How to answer\n",
+        "| - Approve: the crew continues",
+        "| - Request changes: say what to change in Feedback (required)",
+    )
+    outside_the_output = text.replace(output.replace("\n", "\n   | "), "")
+    for marker in ("**", "### ", "> ", "```", "\\|", "`k-1`", "*Feedback*"):
+        assert marker not in outside_the_output, marker
+
+
+@pytest.mark.parametrize("scripted", [False, True], ids=["review-in-airflow", "scripted"])
+def test_the_closing_lines_say_what_ran_with_which_crew_where_the_logs_are_and_what_next(tmp_path, scripted):
+    demo = load_demo()
+    dag_id = demo.DAG_ID if scripted else demo.REVIEW_DAG_ID
+    home = tmp_path / "airflow"
+    lines = demo.closing_lines(dag_id, home, run_id="manual__2026-01-01", scripted=scripted)
+    text = "\n".join(lines)
+
+    assert (REPO / "example_dags" / f"{dag_id}.py").is_file()  # the file the text names exists
+    logs = (
+        "shows them only when the run fails"
+        if scripted
+        else f"{home}/logs/dag_id={dag_id}/run_id=manual__2026-01-01/task_id=<task>/attempt=<n>.log"
+    )
+    assert_in_order(
+        text,
+        f"What ran: the DAG {dag_id} (example_dags/{dag_id}.py)",
+        "`airflow dags test`" if scripted else "in a real Airflow",
+        f"with SQLite in {home}.",
+        "The crew was the bundled local stand-in",
+        "no model, no API key",
+        "Logs",
+        logs,
+        "Next:",
+        "bash scripts/demo.sh --ui",
+        f"copy example_dags/{dag_id}.py",
+        "into your DAGs folder and set its connections crew_review",
+        "docs/quickstart.rst",
+    )
+    assert lines[-1].strip() == "docs/quickstart.rst shows how."
+    if not scripted:
+        assert f"{home}/logs/<component>.log" in text
+    assert max(len(line) for line in lines if "/" not in line) <= 110  # reads in a terminal
+
+
 def test_the_review_record_names_each_round_its_answer_and_who_gave_it():
     demo = load_demo()
     lines = demo.review_record(

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from airflow.sdk.bases.decorator import TaskDecorator
 
 DECORATOR = "@task.crew"
+#: The logger a ``@task.crew`` task logs under, below ``airflow.task.operators``: the kickoff
+#: operator's, which it is, rather than this module's private class.
+LOGGER_NAME = f"{CrewKickoffOperator.__module__}.{CrewKickoffOperator.__name__}"
 # The next_kwargs key that carries the function's inputs through a deferral.
 INPUTS_KWARG = "crew_inputs"
 
@@ -61,6 +64,7 @@ class _CrewDecoratedOperator(DecoratedOperator, CrewKickoffOperator):
     ) -> None:
         check_decorator_arguments(kwargs)
         kwargs.pop("multiple_outputs", None)
+        kwargs.setdefault("logger_name", LOGGER_NAME)
         super().__init__(
             python_callable=python_callable,
             op_args=op_args,
@@ -69,6 +73,10 @@ class _CrewDecoratedOperator(DecoratedOperator, CrewKickoffOperator):
             multiple_outputs=False,  # the return value is the kickoff id, as for every crew task
             **kwargs,
         )
+
+    def __repr__(self) -> str:
+        """``<Task(@task.crew): research>`` in Airflow's own log lines, as the UI names the task."""
+        return f"<Task({self.custom_operator_name}): {self.task_id}>"
 
     def _validate_inputs_shape(self) -> None:
         if self.inputs is SET_DURING_EXECUTION:  # at DAG parse: the function has not run yet

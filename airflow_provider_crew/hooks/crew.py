@@ -66,6 +66,8 @@ class CrewHook(BaseHook):
     ) -> None:
         super().__init__()
         self.crew_conn_id = crew_conn_id
+        # The connection errors name (the token, the host...): none under Airflow's Test action.
+        self._named_conn_id: str | None = crew_conn_id
         overrides = {"retry_limit": retry_limit, "retry_delay": retry_delay}
         self._overrides = {name: value for name, value in overrides.items() if value is not None}
         # Seams for tests: sleeping and the clock the retry policy reads (epoch seconds).
@@ -165,7 +167,7 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import build_request_model, read_answer
 
         body = build_request_model(request, **fields).to_wire()
-        call = post_call(self.config, path, body, if_unknown=if_unknown)
+        call = post_call(self.config, path, body, if_unknown=if_unknown, conn_id=self._named_conn_id)
         return read_answer(call, self._send(call, deadline=deadline), answer.model_validate)
 
     # -- the contract ----------------------------------------------------------------------------
@@ -176,7 +178,7 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import read_answer
         from airflow_provider_crew.models import parse_inputs_response
 
-        call = get_call(self.config, "/inputs")
+        call = get_call(self.config, "/inputs", conn_id=self._named_conn_id)
         return read_answer(call, self._send(call), parse_inputs_response)
 
     def kickoff(
@@ -226,7 +228,7 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.request import request_headers
         from airflow_provider_crew.hooks.client.response import read_status
 
-        read = read_status(self.config, request_headers(self.config), kickoff_id)
+        read = read_status(self.config, request_headers(self.config), kickoff_id, conn_id=self._named_conn_id)
         call = next(read)
         try:
             while True:
@@ -254,7 +256,7 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import read_status
 
         config = self._with_overrides(shared.config)
-        read = read_status(config, shared.headers, kickoff_id)
+        read = read_status(config, shared.headers, kickoff_id, conn_id=self._named_conn_id)
         call = next(read)
         try:
             while True:
@@ -308,23 +310,8 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.response import read_stop_answer
 
         try:
-            answer: Response | CrewError = self._send(
-                stop_call(self.config, kickoff_id), retry_limit=1, deadline=time.time() + patience
-            )
-        except CrewError as error:
-            answer = error
-        return read_stop_answer(answer)
-
-    async def astop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
-        """:meth:`stop` for triggers, without blocking the event loop."""
-        from airflow_provider_crew.hooks.client.request import stop_call
-        from airflow_provider_crew.hooks.client.response import read_stop_answer
-
-        try:
-            config = await self.aget_config()
-            answer: Response | CrewError = await self._asend(
-                stop_call(config, kickoff_id), config, retry_limit=1, deadline=time.time() + patience
-            )
+            call = stop_call(self.config, kickoff_id, conn_id=self._named_conn_id)
+            answer: Response | CrewError = self._send(call, retry_limit=1, deadline=time.time() + patience)
         except CrewError as error:
             answer = error
         return read_stop_answer(answer)
@@ -345,6 +332,7 @@ class CrewHook(BaseHook):
             return False, str(error)
         # The calls below read self.config: give it the config just validated, not a second lookup.
         self.__dict__["config"] = config
+        self._named_conn_id = None  # their errors say "the connection", as the messages above do
         try:
             # One try: the action should answer quickly, and an outage is what it is there to show.
             self._send(get_call(config, "/"), retry_limit=0)

@@ -2,8 +2,9 @@
 
 The worker asks ``get_link`` at the end of every run of a task and stores its answer in XCom, which
 is all the api-server reads (docs/execution-link.md); so the task pushes the URL as soon as it knows
-the execution, and ``get_link`` reads it back or answers from what the running task knows. It never
-raises, since on Airflow 3.0 a raising link breaks the end of the task run.
+the execution, and ``get_link`` answers from what the running task knows, reading XCom back only
+when an earlier run of this try may have pushed it. It never raises, since on Airflow 3.0 a raising
+link breaks the end of the task run.
 """
 
 from __future__ import annotations
@@ -43,14 +44,24 @@ class CrewExecutionLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         """The URL the task pushed to XCom ``execution_url``, or ``""``; never raises.
 
+        A crew task answers from what its run knows. Reading an XCom that is not there makes Airflow
+        log an "XCom not found" error, so XCom is read only when the URL may be there unknown to the
+        run: a crew task that resumed after a deferral without carrying it, or another task.
+
         :param operator: The task the link belongs to.
         :param ti_key: The task instance (the runtime task instance itself, in the worker).
         """
         known = getattr(operator, "known_execution_url", None)
         if callable(known):
             is_known, url = known()
-            if is_known:  # this run knows it: no XCom read (a missing one is logged as an error)
+            if is_known:  # this run knows it: no XCom read
                 return web_address(url) or ""
+            if not resumed(ti_key):
+                # A try's first run starts with its XComs cleared: the URL is pushed by the run that
+                # learns the execution, so a run that failed before (a bad address, a rejected
+                # token, missing inputs) has none to read.
+                log.debug("No crew execution known: the task has no execution link.")
+                return ""
         try:
             # Imported here: only the worker calls get_link, and the operators' import stays light.
             from airflow.providers.common.compat.sdk import XCom
@@ -63,6 +74,15 @@ class CrewExecutionLink(BaseOperatorLink):
             )
             return ""
         return web_address(url) or ""
+
+
+def resumed(ti: Any) -> bool:
+    """Whether this run of the task resumed after a deferral or a park (Airflow keeps the try's XComs
+    then); True when it cannot tell, so that the link looks in XCom as it did before."""
+    context = getattr(ti, "_ti_context_from_server", None)
+    if context is None:
+        return True
+    return bool(getattr(context, "next_method", None))
 
 
 def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:

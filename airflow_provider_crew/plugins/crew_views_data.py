@@ -13,12 +13,15 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.links.crew import web_address
+from airflow_provider_crew.plugins.crew_views_budget import (
+    budget_line,
+    over_budget_answer,
+    unenforceable_line,
+)
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
-from airflow_provider_crew.waiting.budget import CAP_PARAMETERS, cap_value
-from airflow_provider_crew.waiting.stopping import OVER_BUDGET
+from airflow_provider_crew.waiting.budget import CAP_PARAMETERS
 from airflow_provider_crew.waiting.xcom import (
     XCOM_EXECUTION_URL,
     XCOM_HUMAN_INPUT,
@@ -85,46 +88,6 @@ def _cost(usage: Any) -> float | None:
     if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
         return float(cost)
     return None
-
-
-def money(value: float) -> str:
-    """A cost as the views show it: two decimals from 1 on, four significant digits below."""
-    return f"{value:,.2f}" if value >= 1 else f"{value:.4g}"
-
-
-def over_budget_answer(status: Any) -> str | None:
-    """What the stop answered when XCom ``status`` says the execution was stopped over its budget (its
-    ``stopped`` reason, :data:`~airflow_provider_crew.waiting.stopping.OVER_BUDGET`); else None."""
-    stopped = status.get("stopped") if isinstance(status, dict) else None
-    if isinstance(stopped, dict) and stopped.get("reason") == OVER_BUDGET:
-        return (_text(stopped.get("answer")) or "unknown")[:80]  # XCom is writable through the REST API
-    return None
-
-
-def budget_line(answer: str, tokens: int | None, cost: float | None, caps: dict[str, Any] | None) -> str:
-    """The tab's line for an execution stopped over its budget: what it spent, and its cap. ``answer``:
-    what the stop answered; ``caps``: the task's rendered ``max_tokens`` and ``max_cost``, None when
-    unknown (no rendered fields stored: the line says what was spent)."""
-    spent = "an unreported number of tokens" if tokens is None else f"{tokens:,} tokens"
-    spent += "" if cost is None else f" (cost {money(cost)})"
-    head = "Stopped at its budget" if caps is None else "Stopped over its budget"
-    head = head if answer == "stopped" else f"Reached its budget (its stop: {answer})"
-    if caps is None:
-        return f"{head}: spent {spent}."
-    limits = [
-        f"{value:,} tokens" if name == "max_tokens" else f"cost {money(value)}"
-        for name in CAP_PARAMETERS
-        if (value := _cap(caps, name)) is not None
-    ]
-    cap = " and ".join(limits) or "the crew connection's default"  # the task had none of its own
-    return f"{head}: spent {spent}; its cap{'s' if len(limits) > 1 else ''}: {cap}."
-
-
-def _cap(caps: dict[str, Any], parameter: str) -> int | float | None:
-    try:
-        return cap_value(caps.get(parameter), parameter)
-    except CrewConfigurationError:  # not a cap the task could have run with
-        return None
 
 
 def _xcom_value(value: Any) -> Any:
@@ -228,6 +191,13 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
     shown = _shown(status, xcoms if source == "xcom" else {}, xcoms.get(XCOM_USAGE))
     shown["cost"] = cost if shown.get("tokens") is not None else None
     over_budget = _over_budget(shown, stopped_answer, rendered) if source == "xcom" else None
+    if over_budget is None and status is not None and "usage_metrics" not in status.raw:
+        if rendered is None:  # read only for a status without usage: its caps say whether that matters
+            with create_session() as session:
+                task = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+                rendered = _rendered_fields(session, task)
+        caps = None if rendered is None else {name: rendered.get(name) for name in CAP_PARAMETERS}
+        over_budget = unenforceable_line(status, caps)
     view.update(
         kickoff_id=kickoff_id,
         execution_url=web_address(xcoms.get(XCOM_EXECUTION_URL)),

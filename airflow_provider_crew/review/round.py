@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
 STALE_PAUSE_GRACE = 30.0
+#: What a round that skips pushes None to: the key its record goes to when it runs.
+SKIPPED_ROUND_KEY = "return_value"
 
 
 class CrewReviewRoundOperator(ReviewTaskBase):
@@ -161,8 +163,12 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
             self._ask(context, kept, status)  # parks or defers: returns only through execute_review
+        ti = context["ti"]
         if status is not None:
-            context["ti"].xcom_push(key=XCOM_STATUS, value=record_without_output(status))
+            ti.xcom_push(key=XCOM_STATUS, value=record_without_output(status))
+        # No record, but a value: the result task reads every round's, and reading one that is not
+        # there makes Airflow log an "XCom not found" error. None is what a pull of it gives anyway.
+        ti.xcom_push(key=SKIPPED_ROUND_KEY, value=None)
         if not self._rounds_before(context, self.round_task_ids[: self.round_number - 1]):
             self.log.warning(
                 "Crew execution %s finished without pausing for human input: nothing was reviewed. "

@@ -112,6 +112,33 @@ def test_expand_and_partial_map_over_the_functions_arguments():
     assert mapped.operator.operator_name == "@task.crew"
 
 
+def test_a_decorated_task_logs_under_the_kickoff_operators_name_not_a_private_class(capsys):
+    """Its log lines read ``[airflow.task.operators....CrewKickoffOperator]`` and Airflow's own lines
+    ``task=<Task(@task.crew): research>``, single or mapped (a mapped task is unmapped in the worker)."""
+    with DAG("d", schedule=None):
+
+        @task.crew(crew_conn_id="c")
+        def research(topic: str) -> dict[str, str]:
+            return {"topic": topic}
+
+        single = research("tides").operator
+        mapped = research.expand(topic=["tides", "glaciers"]).operator
+    unmapped = mapped.unmap({"op_kwargs": {"topic": "tides"}})
+
+    for op in (single, unmapped):
+        capsys.readouterr()
+        op.log.info("Started crew execution %s", KICKOFF_ID)
+        logged = "".join(capsys.readouterr())
+        assert f"Started crew execution {KICKOFF_ID}" in logged
+        assert "[airflow.task.operators.airflow_provider_crew.operators.crew.CrewKickoffOperator]" in logged
+        assert repr(op) == f"<Task(@task.crew): {op.task_id}>"
+        assert "_CrewDecoratedOperator" not in logged + repr(op)
+        assert op.operator_name == "@task.crew"
+    own = build(logger_name="my_team.crews").operator
+    own.log.info("Mine")
+    assert "[airflow.task.operators.my_team.crews]" in "".join(capsys.readouterr())  # still chosen
+
+
 def run(op: CrewKickoffOperator, context: dict[str, Any]):
     """Execute ``op`` with the kickoff's own work replaced: what inputs it would start the crew with."""
     started: list[Any] = []

@@ -103,7 +103,10 @@ def test_a_status_body_over_the_cap_fails_once_naming_cap_setting_and_execution(
     assert (
         f"GET /{kickoff_id}/status answered with a body over 1 MiB (counted after decompression)" in message
     )
-    assert "'max_response_bytes'" in message and f"now {CAP}" in message
+    assert (
+        "raise 'Max response size (bytes)' (extra 'max_response_bytes') of connection 'crew_default', "
+        f"now {CAP}." in message
+    )
     assert f"Crew execution {kickoff_id} may still be running" in message
     assert crew_service.org_token not in message
     assert crew_service.request_count("status") == 1  # not retried: a retry would read it again
@@ -244,7 +247,8 @@ def test_a_redirect_to_another_host_is_refused_and_the_token_never_reaches_it(
 
     message = str(caught.value)
     assert caught.value.http_status == status
-    assert "a redirect to another origin" in message and "Set the connection's host" in message
+    assert "a redirect to another origin" in message
+    assert "Set 'Crew base URL' (the host) of connection 'crew_default' to the address" in message
     assert f"Crew execution {kickoff_id} may still be running" in message
     assert elsewhere.received == []  # not even contacted, so no token there
     assert crew_service.request_count("status") == 1

@@ -140,6 +140,66 @@ def test_get_link_answers_only_http_urls(monkeypatch, stored):
     assert CrewExecutionLink().get_link(None, ti_key=object()) == ""  # type: ignore[arg-type]
 
 
+class CrewTask:
+    """A crew task as the link sees it: what its run knows of the execution's page URL."""
+
+    def __init__(self, known: bool, url: str | None = None) -> None:
+        self.known, self.url = known, url
+
+    def known_execution_url(self) -> tuple[bool, str | None]:
+        return self.known, self.url
+
+
+def runtime_ti(next_method: str | None) -> SimpleNamespace:
+    """The runtime task instance the worker passes as ``ti_key``: did this run resume a deferral?"""
+    return SimpleNamespace(
+        dag_id="d",
+        task_id="t",
+        run_id="r",
+        map_index=-1,
+        _ti_context_from_server=SimpleNamespace(next_method=next_method),
+    )
+
+
+@pytest.fixture
+def xcom_reads(monkeypatch) -> list[str]:
+    """The XCom keys the link reads (each answers the stored URL)."""
+    from airflow.providers.common.compat.sdk import XCom
+
+    reads: list[str] = []
+
+    def get_value(cls, *, ti_key, key):
+        reads.append(key)
+        return "https://dashboard.example.test/executions/from-xcom"
+
+    monkeypatch.setattr(XCom, "get_value", classmethod(get_value))
+    return reads
+
+
+def test_a_task_that_failed_before_knowing_its_execution_reads_no_xcom(xcom_reads):
+    """A bad token, address or inputs fail the task before the kickoff: nothing was pushed, and a read
+    would make Airflow log "XCom not found" at error level after the task's own error."""
+    link = CrewExecutionLink()
+    assert link.get_link(CrewTask(known=False), ti_key=runtime_ti(None)) == ""  # type: ignore[arg-type]
+    assert xcom_reads == []
+
+
+def test_a_task_that_knows_its_execution_answers_without_reading_xcom(xcom_reads):
+    link = CrewExecutionLink()
+    known = CrewTask(known=True, url="https://dashboard.example.test/executions/k-1")
+    assert link.get_link(known, ti_key=runtime_ti(None)) == known.url  # type: ignore[arg-type]
+    assert link.get_link(CrewTask(known=True), ti_key=runtime_ti(None)) == ""  # type: ignore[arg-type]
+    assert xcom_reads == []
+
+
+def test_a_resumed_task_that_lost_the_url_reads_it_from_xcom(xcom_reads):
+    """After a deferral the try's XComs are kept: the run that deferred may have pushed it."""
+    link = CrewExecutionLink()
+    url = link.get_link(CrewTask(known=False), ti_key=runtime_ti("execute_complete"))  # type: ignore[arg-type]
+    assert url == "https://dashboard.example.test/executions/from-xcom"
+    assert xcom_reads == [XCOM_EXECUTION_URL]
+
+
 # -- real DAG runs ------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import web_address
 from airflow_provider_crew.plugins import crew as crew_plugin
+from airflow_provider_crew.plugins import crew_views_budget as budget
 from airflow_provider_crew.plugins import crew_views_data as data
 from airflow_provider_crew.plugins import crew_views_live as live_module
 
@@ -333,13 +334,13 @@ def test_the_crews_page_sums_the_cost_per_dag_and_day_and_ignores_what_has_none(
 
 
 def test_an_execution_stopped_over_its_budget_says_what_it_spent_and_its_cap():
-    assert data.over_budget_answer(OVER_BUDGET_STATUS) == "stopped"
-    assert data.over_budget_answer({"stopped": {"reason": "the task's execution_timeout passed"}}) is None
-    assert data.over_budget_answer({"state": "SUCCESS"}) is None and data.over_budget_answer("x") is None
+    assert budget.over_budget_answer(OVER_BUDGET_STATUS) == "stopped"
+    assert budget.over_budget_answer({"stopped": {"reason": "the task's execution_timeout passed"}}) is None
+    assert budget.over_budget_answer({"state": "SUCCESS"}) is None and budget.over_budget_answer("x") is None
     hostile = {"stopped": {"reason": "the execution reached its budget", "answer": "<b>" * 100}}
-    assert data.over_budget_answer(hostile) == ("<b>" * 100)[:80], "bounded; the page shows it as text"
+    assert budget.over_budget_answer(hostile) == ("<b>" * 100)[:80], "bounded; the page shows it as text"
 
-    line = data.budget_line
+    line = budget.budget_line
     assert line("stopped", 4012, 0.024177, {"max_tokens": 3000, "max_cost": None}) == (
         "Stopped over its budget: spent 4,012 tokens (cost 0.02418); its cap: 3,000 tokens."
     )
@@ -357,7 +358,11 @@ def test_an_execution_stopped_over_its_budget_says_what_it_spent_and_its_cap():
     assert line("unknown", None, None, {"max_tokens": 3000}) == (
         "Reached its budget (its stop: unknown): spent an unreported number of tokens; its cap: 3,000 tokens."
     )
-    assert data.money(1234.5) == "1,234.50" and data.money(0.000012) == "1.2e-05" and data.money(0.0) == "0"
+    assert (
+        budget.money(1234.5) == "1,234.50"
+        and budget.money(0.000012) == "1.2e-05"
+        and budget.money(0.0) == "0"
+    )
 
 
 def test_the_tab_shows_an_execution_stopped_over_its_budget_as_stopped():
@@ -390,3 +395,16 @@ def test_a_live_read_prices_the_usage_with_the_connections_prices(crew_service, 
     for name, value in crew_service.connection_env("crew_unpriced").items():
         monkeypatch.setenv(name, value)
     assert live_module.LiveStatuses(min_age=0.0).read("crew_unpriced", kickoff_id).prices is None
+
+
+def test_a_cap_the_service_cannot_enforce_is_said_on_the_tab():
+    from airflow_provider_crew.plugins.crew_views_budget import unenforceable_line
+    from airflow_provider_crew.status import CrewStatus
+
+    without = CrewStatus.from_response({"state": "RUNNING"})
+    with_usage = CrewStatus.from_response({"state": "RUNNING", "usage_metrics": {"total_tokens": 5}})
+    said = "Its budget cannot be enforced: the crew service reports no usage (usage_metrics) for it."
+    assert unenforceable_line(without, {"max_tokens": "3000", "max_cost": None}) == said
+    assert unenforceable_line(without, {"max_tokens": None, "max_cost": None}) is None  # no cap of its own
+    assert unenforceable_line(with_usage, {"max_tokens": 3000}) is None
+    assert unenforceable_line(without, None) is None  # no rendered fields stored

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_crew.exceptions import CrewResponseTooLargeError
-from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING
+from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING, named_field
 
 if TYPE_CHECKING:
     from airflow_provider_crew.hooks.client.request import Call
@@ -53,8 +53,8 @@ def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
         call.explain(
             f"{call.endpoint} answered with a body over {describe_size(limit)} (counted after "
             "decompression). Reading stopped at that cap and the request was not repeated: a repeat "
-            "would read the same body. If the crew's answers really are this large, raise the "
-            f"connection's 'max_response_bytes' extra (the 'Max response size' field, now {limit})."
+            "would read the same body. If the crew's answers really are this large, raise "
+            f"{call.setting(named_field('max_response_bytes'))}, now {limit}."
         ),
         endpoint=call.endpoint,
         limit=limit,

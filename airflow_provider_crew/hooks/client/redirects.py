@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from airflow_provider_crew.connection import DEFAULT_PORTS
+from airflow_provider_crew.connection_form import HOST_LABEL
 from airflow_provider_crew.exceptions import CrewRedirectError
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ def redirect_target(call: Call, current_url: str, status_code: int, location: st
         call.explain(
             f"{call.endpoint} answered {status_code}, {problem}, which the provider does not follow: "
             "it follows only a GET to the same scheme, host and port, so the bearer token never "
-            "reaches another host and a kickoff or resume is never sent to a second place. Set the "
-            "connection's host ('Crew base URL') to the address the service answers at.",
+            "reaches another host and a kickoff or resume is never sent to a second place. Set "
+            f"{call.setting(f'{HOST_LABEL!r} (the host)')} to the address the service answers at.",
             acted_on=False,
         ),
         endpoint=call.endpoint,

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from airflow_provider_crew import __version__
 from airflow_provider_crew.connection import CrewConnectionConfig
-from airflow_provider_crew.connection_form import StatusPathStyle
+from airflow_provider_crew.connection_form import CONN_FIELDS, StatusPathStyle
 from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError, CrewServerError
 
 USER_AGENT = f"airflow-provider-crew/{__version__} (python {platform.python_version()})"
@@ -35,6 +35,9 @@ class Call:
         execution may still be running; appended to every error about this call.
     :param if_unknown: For a POST: what may have happened when its outcome is unknown, e.g. "an
         execution may have started".
+    :param conn_id: The connection the call is sent with: an error about one of its settings (the
+        token, the host, the body's cap) names it. None: "the connection" (Airflow's Test action runs
+        under an id the user never chose).
     """
 
     method: str
@@ -45,10 +48,16 @@ class Call:
     consequence: str = ""
     if_unknown: str = ""
     repeatable: bool = False  # a POST that does nothing twice (a stop): retried as a GET is
+    conn_id: str | None = None
 
     @property
     def idempotent(self) -> bool:
         return self.method == "GET" or self.repeatable
+
+    def setting(self, field: str) -> str:
+        """``field`` (as the form names it) of the connection the call is sent with, for an error:
+        "'Bearer token' (the password) of connection 'crew_default'"."""
+        return f"{field} of connection {self.conn_id!r}" if self.conn_id else f"{field} of the connection"
 
     def explain(self, message: str, *, acted_on: bool = True) -> str:
         """``message`` followed by what the failure means for the caller.
@@ -59,7 +68,7 @@ class Call:
             running") holds either way; a POST's ("an execution may have started") only then.
         """
         if self.consequence and (acted_on or self.idempotent):
-            return f"{message} {self.consequence}"
+            return f"{full_stop(message)} {self.consequence}"
         return message
 
     def unreadable(self, status_code: int, what: str) -> CrewError:
@@ -86,6 +95,16 @@ class Call:
         )
 
 
+def full_stop(sentence: str) -> str:
+    """``sentence`` ended with a full stop, unless it ends with one already (or ``!``, ``?``)."""
+    return sentence if sentence.endswith((".", "!", "?")) else f"{sentence}."
+
+
+def named_field(extra: str) -> str:
+    """An extra as errors name it: the form's label, then the key it is stored under."""
+    return f"{CONN_FIELDS[extra]['label']!r} (extra {extra!r})"
+
+
 def request_headers(config: CrewConnectionConfig, *, with_body: bool = False) -> dict[str, str]:
     """The headers of a request to the crew at ``config``."""
     headers = {
@@ -106,30 +125,47 @@ def _call(method: str, base_url: str, path: str, headers: dict[str, str], **deta
     )
 
 
-def get_call(config: CrewConnectionConfig, path: str) -> Call:
-    """A GET of the contract's ``path`` (``/inputs``, ``/``) from the crew at ``config``."""
-    return _call("GET", config.base_url, path, request_headers(config))
+def get_call(config: CrewConnectionConfig, path: str, *, conn_id: str | None = None) -> Call:
+    """A GET of the contract's ``path`` (``/inputs``, ``/``) from the crew at ``config``.
+
+    :param conn_id: The connection ``config`` was read from, for the errors (:class:`Call`).
+    """
+    return _call("GET", config.base_url, path, request_headers(config), conn_id=conn_id)
 
 
-def post_call(config: CrewConnectionConfig, path: str, body: dict[str, Any], *, if_unknown: str) -> Call:
+def post_call(
+    config: CrewConnectionConfig,
+    path: str,
+    body: dict[str, Any],
+    *,
+    if_unknown: str,
+    conn_id: str | None = None,
+) -> Call:
     """A POST of ``body`` to the contract's ``path`` (``/kickoff``, ``/resume``).
 
     :param if_unknown: What may have happened when the outcome is unknown, e.g. "an execution may
         have started"; the errors say it, and that the request was not repeated.
+    :param conn_id: The connection ``config`` was read from, for the errors (:class:`Call`).
     """
     headers = request_headers(config, with_body=True)
     consequence = f"{if_unknown[:1].upper()}{if_unknown[1:]}; the {path.strip('/')} was not repeated."
     return _call(
-        "POST", config.base_url, path, headers, body=body, consequence=consequence, if_unknown=if_unknown
+        "POST",
+        config.base_url,
+        path,
+        headers,
+        body=body,
+        consequence=consequence,
+        if_unknown=if_unknown,
+        conn_id=conn_id,
     )
 
 
-def stop_call(config: CrewConnectionConfig, kickoff_id: str) -> Call:
+def stop_call(config: CrewConnectionConfig, kickoff_id: str, *, conn_id: str | None = None) -> Call:
     """``POST /stop/{kickoff_id}``: stopping twice does nothing more, so it is repeated as a GET is."""
     path = f"/stop/{quote(kickoff_id, safe='')}"
-    return _call(
-        "POST", config.base_url, path, request_headers(config, with_body=True), body={}, repeatable=True
-    )
+    headers = request_headers(config, with_body=True)
+    return _call("POST", config.base_url, path, headers, body={}, repeatable=True, conn_id=conn_id)
 
 
 # -- the status, at one of two paths ------------------------------------------------------------------
@@ -142,15 +178,23 @@ STATUS_PATHS = {
 }
 
 
-def status_call(base_url: str, headers: dict[str, str], kickoff_id: str, style: StatusPathStyle) -> Call:
+def status_call(
+    base_url: str,
+    headers: dict[str, str],
+    kickoff_id: str,
+    style: StatusPathStyle,
+    *,
+    conn_id: str | None = None,
+) -> Call:
     """The request for an execution's status at ``style``'s path.
 
     :param headers: The request's headers (:func:`request_headers`), shared by the status requests
         of one connection.
+    :param conn_id: The connection, for the errors (:class:`Call`).
     """
     path = STATUS_PATHS[style].replace("{kickoff_id}", quote(kickoff_id, safe=""))
     consequence = f"Crew execution {kickoff_id} may still be running: only reading its status failed."
-    return _call("GET", base_url, path, headers, consequence=consequence)
+    return _call("GET", base_url, path, headers, consequence=consequence, conn_id=conn_id)
 
 
 #: The status path each service answered at, per base URL, for connections in ``auto`` mode. It lives

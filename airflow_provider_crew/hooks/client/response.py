@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from airflow_provider_crew.connection_form import TOKEN_LABEL
 from airflow_provider_crew.exceptions import (
     CrewAuthenticationError,
     CrewBadRequestError,
@@ -25,7 +26,13 @@ from airflow_provider_crew.exceptions import (
     CrewServerError,
     CrewValidationError,
 )
-from airflow_provider_crew.hooks.client.request import Call, learn_status_path, status_call, status_styles
+from airflow_provider_crew.hooks.client.request import (
+    Call,
+    full_stop,
+    learn_status_path,
+    status_call,
+    status_styles,
+)
 from airflow_provider_crew.models import ServiceError, StopOutcome, StopResult
 from airflow_provider_crew.status import CrewStatus
 
@@ -82,9 +89,7 @@ def raise_for_response(call: Call, response: Response) -> None:
     if code == 400:
         raise CrewBadRequestError(message, **kwargs)
     if code in (401, 403):
-        raise CrewAuthenticationError(
-            f"{message}. Check the bearer token in the connection's password field.", **kwargs
-        )
+        raise CrewAuthenticationError(f"{full_stop(message)} {token_rejected(call, code)}", **kwargs)
     if code == 404:
         raise CrewNotFoundError(message, **kwargs)
     if code == 422:
@@ -94,6 +99,15 @@ def raise_for_response(call: Call, response: Response) -> None:
     if code >= 500:
         raise CrewServerError(message, **kwargs)
     raise CrewHTTPError(message, **kwargs)
+
+
+def token_rejected(call: Call, status_code: int) -> str:
+    """What a 401 or 403 means, naming the form's field and the connection (never the token)."""
+    return (
+        f"The crew service rejected the token ({status_code}): check "
+        f"{call.setting(f'{TOKEN_LABEL!r} (the password)')}; it must hold the token from the crew's "
+        "status tab."
+    )
 
 
 def read_stop_answer(response: Response | CrewError) -> StopResult:
@@ -132,7 +146,7 @@ def read_answer(call: Call, response: Response, read: Callable[[Any], T]) -> T:
 
 
 def read_status(
-    config: CrewConnectionConfig, headers: dict[str, str], kickoff_id: str
+    config: CrewConnectionConfig, headers: dict[str, str], kickoff_id: str, *, conn_id: str | None = None
 ) -> Generator[Call, Response, CrewStatus]:
     """Read ``kickoff_id``'s status: yields each request, is sent its answer, returns the record.
 
@@ -140,9 +154,10 @@ def read_status(
     path left to try moves on; any other answer is read, and a record that parses teaches the path.
 
     :param headers: The status requests' headers.
+    :param conn_id: The connection ``config`` was read from, for the errors (:class:`.request.Call`).
     """
     for style in status_styles(config):
-        call = status_call(config.base_url, headers, kickoff_id, style)
+        call = status_call(config.base_url, headers, kickoff_id, style, conn_id=conn_id)
         response = yield call
         if response.status_code != 404:
             break

@@ -120,7 +120,10 @@ def test_a_body_over_the_cap_fails_naming_endpoint_cap_setting_and_consequence(r
     assert message.startswith(
         "GET /k-1/status answered with a body over 1000 bytes (counted after decompression)"
     )
-    assert "'max_response_bytes'" in message and "now 1000" in message
+    assert (
+        "raise 'Max response size (bytes)' (extra 'max_response_bytes') of the connection, now 1000."
+        in message
+    )
     assert "not repeated" in message
     assert message.endswith(CONSEQUENCE)
     assert (caught.value.endpoint, caught.value.limit) == ("GET /k-1/status", 1000)
@@ -337,7 +340,7 @@ def test_a_redirect_to_another_origin_is_refused(location, problem):
     ) as caught:
         redirect_target(call(), f"{BASE}/k-1/status", 302, location, hops=0)
     assert caught.value.http_status == 302
-    assert "Set the connection's host" in str(caught.value)
+    assert "Set 'Crew base URL' (the host) of the connection to the address" in str(caught.value)
 
 
 def test_a_post_is_never_redirected_even_to_the_same_origin():
