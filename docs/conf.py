@@ -1,9 +1,10 @@
 """Sphinx configuration of the airflow-provider-crew documentation site.
 
 Build it with ``bash scripts/docs.sh`` (warnings are errors). Markdown pages are read by MyST;
-code on the how-to pages is included from ``example_dags/`` between ``[START howto_…]`` and
-``[END howto_…]`` markers, and the parameter tables are generated from the code
-(``_ext/crew_reference.py``).
+code on the quick start and the how-to pages is the code of ``example_dags/`` between
+``[START howto_…]`` and ``[END howto_…]`` markers, copied into the pages as literal blocks by
+``scripts/howto_snippets.py`` (so GitHub shows it too), and the parameter tables are generated from
+the code (``_ext/crew_reference.py``).
 """
 
 from __future__ import annotations

@@ -14,5 +14,14 @@ if [ "${CREW_SETUP_DONE:-}" != 1 ]; then
 fi
 # A fresh build every time: an incremental one does not repeat the warnings of unchanged pages.
 rm -rf docs/_build/html docs/_build/doctrees
-"$VENV/bin/sphinx-build" -W --keep-going -q -b html docs docs/_build/html "$@"
+# sphinx-build, with Python's root logger at WARNING: the theme's accessible-pygments styles call
+# logging.basicConfig(level=INFO) on import, so importing Airflow printed its INFO lines ("Reading the
+# config from ...", "Configured default timezone UTC"). Configured first, that call does nothing;
+# Sphinx's own warnings have their own logger and still fail the build.
+"$VENV/bin/python" -c '
+import logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+from sphinx.cmd.build import main
+sys.exit(main(sys.argv[1:]))
+' -W --keep-going -q -b html docs docs/_build/html "$@"
 echo "Documentation built: docs/_build/html/index.html"

@@ -1,10 +1,12 @@
-"""The documentation is generated from, or included from, code that runs: every parameter of every
-operator, sensor and trigger is documented; every snippet on the site comes from an example DAG
-between markers; the README's parameter reference is current. (The site's own build, with warnings
-as errors, is ``bash scripts/docs.sh``.)"""
+"""The documentation is generated from, or copied from, code that runs: every parameter of every
+operator, sensor and trigger is documented; every snippet of the quick start and the how-tos is an
+example DAG's code between markers; docs/api.md, the one parameter reference outside the site, is
+current and the README links to it. (The site's own build, with warnings as errors, is
+``bash scripts/docs.sh``; the snippets' copies are checked in tests/test_docs_snippets.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -15,8 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 EXAMPLE_DAGS = REPO / "example_dags"
 sys.path.insert(0, str(DOCS / "_ext"))
+sys.path.insert(0, str(REPO / "scripts"))
 
 import crew_reference  # noqa: E402
+import howto_snippets  # noqa: E402
 
 CLASSES = crew_reference.public_classes()
 
@@ -44,20 +48,29 @@ def test_every_operator_and_sensor_says_what_it_pushes_to_xcom(klass):
     )
 
 
+def api_sections() -> dict[str, str]:
+    """docs/api.md by ``## Name`` heading."""
+    page = (DOCS / "api.md").read_text()
+    return {part.split("\n", 1)[0]: part for part in page.split("\n## ")[1:]}
+
+
 def test_every_parameter_appears_in_the_generated_tables():
-    readme_section = crew_reference.readme_section()
+    sections = api_sections()
     for klass in CLASSES:
         ref = crew_reference.reference(klass)
         rst = "\n".join(crew_reference.rst_lines(ref))
         markdown = crew_reference.markdown(ref)
         if ref.kind == "trigger":  # internal: the DAG author's pages name it, without its arguments
             assert markdown.startswith(f"**{ref.name}** (internal)") and "| `" not in markdown, ref.name
+        assert ref.name in sections, f"docs/api.md has no section '## {ref.name}'"
         for parameter in ref.parameters:
             assert f"``{parameter.name}``" in rst, (ref.name, parameter.name)
             assert ref.kind == "trigger" or f"| `{parameter.name}` |" in markdown, (ref.name, parameter.name)
+            assert ref.kind == "trigger" or f"| `{parameter.name}` |" in sections[ref.name], (
+                f"docs/api.md, {ref.name}: no row for {parameter.name}"
+            )
         for key in ref.xcom:
             assert f"``{key}``" in rst and f"| `{key}` |" in markdown, (ref.name, key)
-        assert f"<code>{ref.name}</code>" in readme_section
 
 
 def row(markdown: str, parameter: str) -> list[str]:
@@ -93,16 +106,13 @@ def test_the_tables_say_what_a_dag_author_must_type():
     assert row(sensor, "crew_conn_id")[2:4] == ["`'crew_default'`", "no"]
 
 
-def test_the_readme_parameter_reference_is_current():
-    if crew_reference.UNIMPORTABLE:
-        pytest.skip(
-            f"the README documents every module; on this Airflow some do not import: {crew_reference.UNIMPORTABLE}"
-        )
-    sys.path.insert(0, str(REPO / "scripts"))
-    import reference_tables
-
+def test_the_readme_links_to_the_parameter_reference_and_repeats_none_of_it():
+    """One source: docs/api.md holds the generated tables (scripts/reference_tables.py); the README
+    only links to it."""
     readme = (REPO / "README.md").read_text()
-    assert reference_tables.render(readme) == readme, "run: python scripts/reference_tables.py"
+    assert "(docs/api.md)" in readme
+    assert "GENERATED" not in readme and "<details>" not in readme
+    assert not re.search(r"^\| `\w+` \| `", readme, re.MULTILINE), "a parameter table in the README"
 
 
 def test_the_api_page_is_the_code_at_a_glance():
@@ -161,39 +171,35 @@ def test_examples_and_how_tos_use_only_names_the_api_page_shows():
 
 # -- snippets come from the example DAGs -------------------------------------------------------------
 
-INCLUDE = re.compile(
-    r"^\.\. (?:literalinclude|exampleinclude):: (?P<path>\S+)\n(?P<options>(?:[ \t]+:.*\n)*)", re.MULTILINE
-)
+
+def snippets() -> list[howto_snippets.Snippet]:
+    return [snippet for page in howto_snippets.pages() for snippet in howto_snippets.snippets(page)]
 
 
-def includes() -> list[tuple[Path, Path, dict[str, str]]]:
-    found = []
-    for page in sorted(DOCS.rglob("*.rst")):
-        if "_build" in page.parts:
-            continue
-        for match in INCLUDE.finditer(page.read_text()):
-            options = dict(re.findall(r":([\w-]+):[ \t]*(.*)", match["options"]))
-            found.append((page, (page.parent / match["path"]).resolve(), options))
-    return found
-
-
-def test_every_included_snippet_comes_from_an_example_dag_between_markers():
-    snippets = [(page, path, options) for page, path, options in includes() if "start-after" in options]
-    assert len(snippets) >= 6
-    for page, path, options in snippets:
-        assert path.parent == EXAMPLE_DAGS, f"{page.name} includes {path}, not an example DAG"
-        text = path.read_text()
-        start, end = options["start-after"], options["end-before"]
-        assert re.fullmatch(r"\[START (howto_\w+)\]", start), (
-            f"{page.name}: {start!r} is not a [START howto_...] marker"
+def test_every_snippet_comes_from_an_example_dag_between_markers():
+    found = snippets()
+    assert len(found) >= 6
+    for snippet in found:
+        assert snippet.path.parent == EXAMPLE_DAGS, (
+            f"{snippet.page.name} copies {snippet.path}, not an example DAG"
         )
-        assert end == start.replace("[START", "[END"), f"{page.name}: {start!r} ends at {end!r}"
-        assert text.count(start) == 1 and text.count(end) == 1, f"{path.name}: {start} must appear once"
-        assert text.index(start) < text.index(end)
+        text = snippet.path.read_text()
+        assert text.count(f"# {snippet.start}") == 1 and text.count(f"# {snippet.end}") == 1, (
+            f"{snippet.path.name}: {snippet.start} must appear once, and its END once"
+        )
+        assert text.index(snippet.start) < text.index(snippet.end)
+
+
+def test_no_page_includes_code_the_repository_does_not_show():
+    """The quick start and the how-tos hold their code (GitHub shows no included file): no
+    ``literalinclude``, no ``exampleinclude``."""
+    for page in howto_snippets.pages():
+        text = page.read_text()
+        assert not re.search(r"^\.\. (literalinclude|exampleinclude)::", text, re.MULTILINE), page.name
 
 
 def test_every_marker_in_the_example_dags_is_closed_and_used_on_the_site():
-    used = {options["start-after"] for _, _, options in includes() if "start-after" in options}
+    used = {snippet.start for snippet in snippets()}
     for dag_file in sorted(EXAMPLE_DAGS.glob("*.py")):
         text = dag_file.read_text()
         starts = re.findall(r"# \[START (howto_\w+)\]", text)
@@ -282,3 +288,25 @@ def test_the_kickoff_and_resume_push_only_documented_xcom_keys(crew_service, cre
     assert {"kickoff_id", "webhooks", "human_input", "status"} <= kickoff_keys
     assert "result" not in kickoff_keys  # returned at the pause, as the table says
     assert {"result", "status", "resume", "kickoff_id"} <= resume_keys
+
+
+def test_the_site_builds_printing_only_its_last_line():
+    """``bash scripts/docs.sh`` (as CI runs it, set up already) says only where the site is: no INFO
+    lines from Airflow, which the theme's pygments styles turned on ("Reading the config from ...",
+    "Configured default timezone UTC")."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("sphinx", reason="the docs extra builds the site")
+    if shutil.which("sphinx-build", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("sphinx-build is not in this environment")
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "docs.sh")],
+        env={**os.environ, "CREW_SETUP_DONE": "1", "VENV": str(Path(sys.executable).parents[1])},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (done.stdout + done.stderr).splitlines() == ["Documentation built: docs/_build/html/index.html"]

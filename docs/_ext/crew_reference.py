@@ -7,11 +7,10 @@ docstring's ``:xcom key:`` lines. Nothing is written twice.
 
 Used three ways:
 
-- the Sphinx directive ``.. crew-reference:: dotted.path.Class`` (how-to and reference pages);
-  the module also adds ``.. exampleinclude::``, a ``literalinclude`` of example DAG code that
-  drops the marker lines of snippets nested in the included part;
-- an ``autodoc-process-docstring`` hook, so the API reference shows the same tables;
-- ``scripts/reference_tables.py``, which writes the README's parameter section from it.
+- the Sphinx directive ``.. crew-reference:: dotted.path.Class`` (the how-to pages' Reference sections);
+- an ``autodoc-process-docstring`` hook, so the Python API reference shows the same tables;
+- ``scripts/reference_tables.py``, which writes docs/api.md (every public name with its tables) and
+  docs/metrics.md's table from it.
 
 Importing this module does not import Sphinx.
 """
@@ -44,7 +43,6 @@ COMPUTED_DEFAULTS = {
 REQUIRED = "required"
 
 _FIELD = re.compile(r"^:(?P<kind>param|xcom)\s+(?P<name>\w+):\s*(?P<text>.*)$")
-_MARKER = re.compile(r"^\s*# \[(START|END) howto_\w+\]\s*$")
 
 
 @dataclass
@@ -406,7 +404,7 @@ def _markdown_text(text: str) -> str:
 
 
 def markdown(ref: Reference) -> str:
-    """GitHub Markdown for one reference (for the README)."""
+    """GitHub Markdown for one reference (for docs/api.md)."""
     has_templating = any(p.templated is not None for p in ref.parameters)
     header = ["Parameter", "Type", "Default", *(["Templated"] if has_templating else []), "Meaning"]
     rows = [
@@ -433,18 +431,6 @@ def markdown(ref: Reference) -> str:
     elif ref.kind in NO_XCOM:
         parts += [_markdown_text(NO_XCOM[ref.kind]), ""]
     return "\n".join(parts)
-
-
-def readme_section() -> str:
-    """The README's generated reference: one collapsible block per class."""
-    blocks = []
-    for klass in public_classes():
-        ref = reference(klass)
-        blocks.append(
-            f"<details><summary><code>{ref.name}</code> ({ref.kind}, "
-            f"<code>{ref.path.rsplit('.', 1)[0]}</code>)</summary>\n\n{markdown(ref)}\n</details>\n"
-        )
-    return "\n".join(blocks)
 
 
 # -- docs/api.md: the public API at a glance --------------------------------------------------------
@@ -484,10 +470,14 @@ SHARED_PARAMETERS = (
     "stop_crew",
     "openlineage_include_values",
 )
-API_HEADER = """# The public API at a glance
+API_HEADER = """# API at a glance: every name, its import, its parameters and XCom
 
-Generated from the code by `python scripts/reference_tables.py` (a test fails when this page and the
-code disagree). Every name has one home: import it from the module shown.
+Every public name of the provider with the line that imports it, and, for every operator, sensor,
+decorator and hook, a table of its parameters (type, default, templated or not, meaning) and of
+what it pushes to XCom; then every error. Generated from the code by
+`python scripts/reference_tables.py` (a test fails when this page and the code disagree). Every name
+has one home: import it from the module shown. The signatures and docstrings themselves, with links
+to the source, are in the [Python API reference](reference/api.rst).
 
 **The rules a DAG author learns once**
 
@@ -721,33 +711,19 @@ def _managed_agent_errors() -> list[str]:
 
 def setup(app: Any) -> dict[str, Any]:
     from docutils import nodes
-    from docutils.parsers.rst import directives
     from docutils.statemachine import StringList
-    from sphinx.directives.code import LiteralInclude
     from sphinx.util.docutils import SphinxDirective
     from sphinx.util.nodes import nested_parse_with_titles
 
     class CrewReferenceDirective(SphinxDirective):
-        """``.. crew-reference:: dotted.path`` renders that class's tables;
-        ``.. crew-reference:: all`` renders every operator, sensor and trigger with a heading."""
+        """``.. crew-reference:: dotted.path`` renders that class's (or function's) tables."""
 
         required_arguments = 1
-        option_spec = {"heading": directives.unchanged}
 
         def run(self) -> list[nodes.Node]:
             target = self.arguments[0]
-            lines: list[str] = []
-            if target == "all":
-                level = self.options.get("heading") or "-"
-                for klass in public_classes():
-                    ref = reference(klass)
-                    lines += rst_lines(ref, heading_level=level)
-                    lines += [f"API: :class:`{ref.path}`", "", ref.summary, ""]
-            else:
-                lines = rst_lines(reference(target))
-            # A section node, so that the headings of "all" become sections of the page.
             container = nodes.section()
-            source = StringList(lines, source=f"<crew-reference {target}>")
+            source = StringList(rst_lines(reference(target)), source=f"<crew-reference {target}>")
             nested_parse_with_titles(self.state, source, container)
             return container.children
 
@@ -758,19 +734,6 @@ def setup(app: Any) -> dict[str, Any]:
         prose, _, _ = docstring_fields("\n".join(lines))
         lines[:] = [*prose.splitlines(), "", *rst_lines(reference(obj))]
 
-    class ExampleInclude(LiteralInclude):
-        """``literalinclude`` of an example DAG without the ``# [START …]`` / ``# [END …]`` lines
-        of snippets nested in the included part (as Airflow's own ``exampleinclude``)."""
-
-        def run(self) -> list[nodes.Node]:
-            result = super().run()
-            for block in (node for top in result for node in top.findall(nodes.literal_block)):
-                text = "\n".join(line for line in block.astext().splitlines() if not _MARKER.match(line))
-                block.children = [nodes.Text(text)]
-                block.rawsource = text
-            return result
-
     app.add_directive("crew-reference", CrewReferenceDirective)
-    app.add_directive("exampleinclude", ExampleInclude)
     app.connect("autodoc-process-docstring", process_docstring)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
