@@ -140,6 +140,16 @@ def dags_folder(home: Path) -> Path:
     return home / "dags"
 
 
+#: The crew's webhooks, by kind, as the closing lines name them.
+WEBHOOK_WORDS = {"human": "human input", "task": "task done", "step": "agent step", "crew": "crew done"}
+
+
+def webhooks_line(webhook_kinds: list[str]) -> str:
+    """What the crew's webhooks told the receiver, counted by kind, in words."""
+    counts = ", ".join(f"{webhook_kinds.count(kind)} {word}" for kind, word in WEBHOOK_WORDS.items())
+    return f"Webhooks the crew sent (received by the local receiver): {counts}."
+
+
 def human_in_the_loop_available() -> bool:
     from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 
@@ -290,8 +300,7 @@ def review_record(history: list[dict[str, Any]], final: object, webhook_kinds: l
             f"sent to the crew: {record['applied']}"
         )
     lines += ["", "Final output:", textwrap.indent(str(final), "  ")]
-    counts = {kind: webhook_kinds.count(kind) for kind in ("human", "task", "step", "crew")}
-    lines += ["", f"Webhooks received: {counts}"]
+    lines += ["", webhooks_line(webhook_kinds)]
     return lines
 
 
@@ -436,8 +445,7 @@ def story(drafts: list[str], feedback: list[dict], final: object, webhook_kinds:
             f"Task {task!r} {word}, feedback: {verdict['feedback']!r}",
         ]
     lines += ["", "Final output:", textwrap.indent(str(final), "  ")]
-    counts = {kind: webhook_kinds.count(kind) for kind in ("human", "task", "step", "crew")}
-    lines += ["", f"Webhooks received: {counts}"]
+    lines += ["", webhooks_line(webhook_kinds)]
     return lines
 
 
