@@ -192,6 +192,33 @@ def test_a_wait_that_polled_to_its_end_sends_end_tokens_duration_reads_and_a_pol
     assert lag == pytest.approx(3_000.0)  # from the read at 1010 that saw it running
 
 
+def test_a_wait_over_its_budget_counts_its_cap_its_end_and_its_cost(stats: FakeStats) -> None:
+    from airflow_provider_crew.waiting.budget import Budget, Prices
+
+    budget = Budget(max_tokens=3_000, prices=Prices(input=3.0, output=15.0))
+    poller = Poller(
+        "k-1",
+        wait_for=WaitFor.COMPLETION,
+        deadline=2000.0,
+        not_found_deadline=0.0,
+        poll_interval=1,
+        max_poll_interval=5,
+        log=logging.getLogger("test"),
+        budget=budget,
+        clock=lambda: 1010.0,
+    )
+    usage = {"total_tokens": 4_000, "prompt_tokens": 3_000, "completion_tokens": 1_000}
+    result = poller.step(_status("RUNNING", usage_metrics=usage))
+    assert isinstance(result, WaitResult) and result.outcome is Outcome.OVER_BUDGET
+    wait_ended(TASK, result, poller)
+    tagged = {(name, tuple(sorted(tags.items()))): value for _, name, value, tags in stats.sent}
+    assert tagged[("crew.execution.over_budget", tuple(sorted({**TASK, "cap": "tokens"}.items())))] == 1
+    assert tagged[("crew.execution.ended", tuple(sorted({**TASK, "state": "over_budget"}.items())))] == 1
+    # 3,000 prompt tokens at 3 and 1,000 completion tokens at 15 per million: 0.024, in millionths
+    assert tagged[("crew.execution.cost", tuple(sorted(TASK.items())))] == 24_000
+    assert ("incr", "crew.execution.over_budget.billing.group__kickoff", 1, {"cap": "tokens"}) in stats.sent
+
+
 def test_a_trigger_whose_first_read_ends_the_wait_bounds_the_lag_by_the_tasks_read_before_deferring(
     stats: FakeStats, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -249,6 +249,15 @@ def test_an_asset_event_names_the_execution_its_state_page_and_tokens():
         "usage": result_xcoms("k-1", result)["usage"],
     }
     assert extra["usage"]["total_tokens"] == 7
+    assert extra["usage"]["cost"] is None  # no prices on the connection
+
+
+def test_an_asset_events_usage_has_its_cost_from_the_connections_prices():
+    from airflow_provider_crew.waiting.budget import Prices
+
+    result = finished(result="report", usage_metrics={"prompt_tokens": 3_000, "completion_tokens": 1_000})
+    extra = asset_event_extra("k-1", result, None, Prices(input=3.0, output=15.0))
+    assert extra["usage"]["cost"] == pytest.approx((3_000 * 3.0 + 1_000 * 15.0) / 1e6)
 
 
 def test_an_asset_event_at_a_pause_or_without_a_wait_has_no_tokens_nor_page_it_does_not_know():
