@@ -116,14 +116,24 @@ def task_instance_state(dag_id: str, run_id: str, task_id: str, map_index: int |
     Every supported minor serves ``get_task_states`` to both; a mapped task instance is keyed
     ``<task_id>_<map_index>`` there.
     """
+    return task_instance_states(dag_id, run_id, [task_id], map_index)[task_id]
+
+
+def task_instance_states(
+    dag_id: str, run_id: str, task_ids: list[str], map_index: int | None
+) -> dict[str, str | None]:
+    """:func:`task_instance_state` of several tasks of one run (the same map index), by task id."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
     index = -1 if map_index is None else map_index
     states = RuntimeTaskInstance.get_task_states(
-        dag_id=dag_id, map_index=None if index < 0 else index, task_ids=[task_id], run_ids=[run_id]
-    )
-    state = states[run_id][task_id if index < 0 else f"{task_id}_{index}"]
-    return None if state is None else str(getattr(state, "value", state))
+        dag_id=dag_id, map_index=None if index < 0 else index, task_ids=list(task_ids), run_ids=[run_id]
+    )[run_id]
+    found = {task_id: states.get(task_id if index < 0 else f"{task_id}_{index}") for task_id in task_ids}
+    return {
+        task_id: None if state is None else str(getattr(state, "value", state))
+        for task_id, state in found.items()
+    }
 
 
 # Airflow builds a triggerer's in-process execution API (its Cadwyn versioned routes) on the first

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_crew._compat import BaseOperator, require_human_in_the_loop
+from airflow_provider_crew._compat import BaseOperator, require_human_in_the_loop, task_instance_states
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
@@ -89,11 +89,26 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
 
     def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[RoundRecord]:
         """The records of the given rounds that ran, in order (a skipped round has none)."""
+        ti = context["ti"]
+        task_ids = _rounds_that_ran(ti, task_ids)
         if not task_ids:
             return []
-        ti = context["ti"]
         values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)  # a list: task_ids is one
         return [value for value in values if is_round_record(value)]
+
+
+#: The states of a round that never ran (skipped by the scheduler after an earlier round skipped).
+NEVER_RAN = frozenset({"skipped", "upstream_failed", "removed"})
+
+
+def _rounds_that_ran(ti: Any, task_ids: Sequence[str]) -> list[str]:
+    """The rounds of ``task_ids`` that may have a record: reading the XCom of one that never ran makes
+    Airflow log an "XCom not found" error for it. All of them when the states cannot be read."""
+    try:
+        states = task_instance_states(ti.dag_id, ti.run_id, list(task_ids), getattr(ti, "map_index", -1))
+    except Exception:
+        return list(task_ids)
+    return [task_id for task_id in task_ids if states.get(task_id) not in NEVER_RAN]
 
 
 # ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.
