@@ -225,9 +225,20 @@ def stats_client() -> Any:
             client = importlib.import_module(name)
         except ImportError:
             continue
-        if getattr(client, "_factory", None) is not None:
+        if _stats_initialized(client):
             return client.Stats
     return Stats
+
+
+def _stats_initialized(client: Any) -> bool:
+    """Whether this process gave ``client``'s ``Stats`` a backend: 3.3 keeps the factory
+    ``initialize`` sets in the module (``_factory``), 3.2 on the ``Stats`` class itself (``factory``,
+    which a use before ``initialize`` sets to ``NoStatsLogger``)."""
+    if getattr(client, "_factory", None) is not None:
+        return True
+    stats = getattr(client, "Stats", None)
+    factory = vars(stats).get("factory") if isinstance(stats, type) else None
+    return factory is not None and getattr(factory, "__name__", None) != "NoStatsLogger"
 
 
 def task_state_store(context: Mapping[str, Any]) -> Any:

@@ -381,3 +381,20 @@ def test_the_client_this_process_set_up_is_the_one_used(monkeypatch: pytest.Monk
     monkeypatch.setattr(sdk, "_factory", None)
     monkeypatch.setattr(core, "_factory", None)
     assert _compat.stats_client() is _compat.Stats
+
+
+def test_a_stats_client_counts_as_set_up_where_each_minor_keeps_its_factory() -> None:
+    """3.3 keeps the factory ``initialize`` sets in the module; 3.2 on its ``Stats`` class, which a use
+    before ``initialize`` sets to ``NoStatsLogger`` (then it is not set up)."""
+    import types
+
+    class NoStatsLogger:
+        pass
+
+    def client(**module: Any) -> types.SimpleNamespace:
+        return types.SimpleNamespace(**module)
+
+    assert _compat._stats_initialized(client(_factory=object, Stats=object))  # 3.3
+    assert not _compat._stats_initialized(client(_factory=None, Stats=type("Stats", (), {})))
+    assert _compat._stats_initialized(client(Stats=type("Stats", (), {"factory": object})))  # 3.2
+    assert not _compat._stats_initialized(client(Stats=type("Stats", (), {"factory": NoStatsLogger})))
