@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -82,6 +83,11 @@ class DagRun:
     state: str
     stdout: str
     home: Path
+
+    def flowing(self) -> str:
+        """The output as flowing text, one space between words: Airflow 3.0 prints errors in boxed,
+        wrapped tracebacks, which break a message over lines and frame it in box-drawing characters."""
+        return " ".join(re.sub(r"[\u2500-\u257f]", " ", self.stdout).split())
 
     def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.home / "airflow.db") as db:

@@ -53,6 +53,11 @@ SAMPLE_VALUES: dict[str, Any] = {
     "wake_by_webhook": True,
     "safety_poll_interval": 120,
     "stop_executions": False,
+    "max_usage": 200000,
+    "max_cost": 2.5,
+    "input_price": 3.25,
+    "output_price": 15.5,
+    "cached_input_price": 0.3,
 }
 # The toasts region: "Notifications, bottom-end (alt+T)" on 3.3, "bottom-end Notifications alt+T" on 3.2.
 NOTIFICATIONS = re.compile(r"\bNotifications\b")

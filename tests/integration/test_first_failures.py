@@ -47,7 +47,7 @@ def assert_failed_once(run: DagRun, error: str) -> None:
     """The kickoff failed with ``error`` in its log, no execution link, and no "XCom not found" line."""
     assert run.state == "failed", run.stdout[-3000:]
     assert run.task_states() == {("kickoff", -1): "failed"}
-    assert error in run.stdout, run.stdout[-3000:]
+    assert error in run.flowing(), run.stdout[-3000:]
     noise = [line for line in run.stdout.splitlines() if "XCom not found" in line]
     assert noise == [], noise
     assert run.xcom("kickoff", LINK_XCOM) == ""  # the UI shows no link
@@ -66,7 +66,14 @@ def test_a_rejected_token_fails_the_task_with_one_error_naming_the_connection(
         "GET /inputs answered 401: Unauthorized: Invalid or missing bearer token. The crew service "
         "rejected the token (401): check 'Bearer token' (the password) of connection 'crew_default'",
     )
-    assert WRONG_TOKEN not in result.stdout and crew_service.org_token not in result.stdout
+    # Airflow 3.0's `dags test` logs its own request to mask the secret (MaskSecret) at debug level,
+    # value and all: Airflow's line, not the provider's.
+    leaks = [
+        line
+        for line in result.stdout.splitlines()
+        if (WRONG_TOKEN in line or crew_service.org_token in line) and "MaskSecret" not in line
+    ]
+    assert leaks == [], leaks
     assert crew_service.executions == {}
 
 
