@@ -5,7 +5,6 @@ its ``usage`` XCom, with its cost, is pushed on the failed task (docs/howto/budg
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -49,14 +48,9 @@ def run(home: Path, crew_service, dag_id: str, **extras):
     return dags_test(dag_id, env, check=False)
 
 
-def flowing(text: str) -> str:
-    """The output as flowing text: Airflow 3.0 prints errors in boxed, wrapped tracebacks."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
-
-
 def stopped_over_its_cap(result, crew_service, task_id: str = "kickoff", map_index: int = -1) -> str:
     """The checks every case makes of an execution stopped at its cap; returns its id."""
-    said = flowing(result.stdout)
+    said = result.flowing()
     assert result.task_states()[(task_id, map_index)] == "failed", result.stdout[-4000:]
     stopped = crew_service.stops
     assert len(stopped) == 1, (stopped, result.stdout[-4000:])  # one POST /stop
@@ -87,7 +81,7 @@ def test_a_kickoff_over_its_cap_is_stopped_once_and_fails_without_retry(budget_h
     assert len(crew_service.executions) == 1  # one kickoff: no retry started another
     spent = crew_service.executions[kickoff_id]["usage_metrics"]["total_tokens"]
     assert CAP <= spent <= CAP + ALLOWANCE, spent
-    said = flowing(result.stdout)
+    said = result.flowing()
     assert f"(max_tokens={CAP})" in said
     assert "To let it spend more, raise the task's max_tokens." in said
     status = result.xcom("kickoff", "status")
@@ -100,7 +94,7 @@ def test_the_connections_cap_applies_to_a_task_without_one(budget_home, crew_ser
     result = run(budget_home, crew_service, "crew_budget_from_connection", max_usage=CAP)
 
     stopped_over_its_cap(result, crew_service)
-    said = flowing(result.stdout)
+    said = result.flowing()
     assert "raise 'Max tokens per execution' (extra 'max_usage') on connection 'crew_default'" in said
 
 
@@ -152,7 +146,7 @@ def test_a_resume_of_an_execution_over_its_cap_is_refused_before_its_post(budget
     assert execution["feedback"] == []
     assert crew_service.request_count("resume") == 0
     assert crew_service.stops == []
-    said = flowing(result.stdout)
+    said = result.flowing()
     assert (
         f"Crew execution {kickoff_id} already spent" in said
         and "it is not resumed, and nothing was sent" in said

@@ -42,11 +42,6 @@ def run(home: Path, crew_service, dag_id: str):
     return dags_test(dag_id, env, check=False)
 
 
-def flowing(text: str) -> str:
-    """The output as flowing text: Airflow 3.0 prints errors in boxed, wrapped tracebacks."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
-
-
 def stop_lines(stdout: str, kickoff_id: str) -> list[str]:
     """The log lines about stopping the execution (the task's error, which says what came of the stop
     in other words, is not one)."""
@@ -90,7 +85,7 @@ def test_execution_timeout_stops_a_blocking_kickoff(stop_home, crew_service):
     assert crew_service.stops == [kickoff_id], result.stdout[-4000:]
     assert crew_service.executions[kickoff_id]["state"] == "REVOKED"
     line = f"Stopping crew execution {kickoff_id} ({EXECUTION_TIMEOUT}): stopped."
-    assert line in flowing(result.stdout), result.stdout[-4000:]
+    assert line in result.flowing(), result.stdout[-4000:]
     assert len(stop_records(result.stdout, kickoff_id)) == 1
 
 
@@ -103,7 +98,7 @@ def test_the_wait_timeout_stops_the_execution(stop_home, crew_service, dag_id):
 
     assert result.task_states() == {("kickoff", -1): "failed"}, result.stdout[-4000:]
     assert result.state == "failed"
-    said = flowing(result.stdout)
+    said = result.flowing()
     kickoff_id = the_execution(crew_service)
     assert f"Timed out waiting for crew execution {kickoff_id}" in said, result.stdout[-4000:]
     assert crew_service.stops == [kickoff_id], result.stdout[-4000:]
@@ -129,7 +124,7 @@ def test_the_wait_timeout_leaves_the_execution_running_with_stop_crew_false(stop
     result = run(stop_home, crew_service, "crew_keep_wait_timeout")
 
     assert result.task_states() == {("kickoff", -1): "failed"}, result.stdout[-4000:]
-    said = flowing(result.stdout)
+    said = result.flowing()
     kickoff_id = the_execution(crew_service)
     assert f"Timed out waiting for crew execution {kickoff_id}" in said, result.stdout[-4000:]
     assert "The execution was not stopped (stop_crew) and may still be running." in said
@@ -145,7 +140,7 @@ def test_a_service_without_stop_fails_the_task_on_its_timeout_only(stop_home, cr
     result = run(stop_home, crew_service, "crew_stop_wait_timeout")
 
     assert result.task_states() == {("kickoff", -1): "failed"}, result.stdout[-4000:]
-    said = flowing(result.stdout)
+    said = result.flowing()
     kickoff_id = the_execution(crew_service)
     assert f"Timed out waiting for crew execution {kickoff_id}" in said, result.stdout[-4000:]
     # Asked once; the service has no such route, so it counts it as "other" and answers 404.
