@@ -23,8 +23,10 @@ NAME_VARIABLES: dict[str, tuple[str, ...]] = {
     "crew.wait.end_lag": ("dag_id", "task_id"),
     "crew.paid_post.unknown_outcome": ("dag_id", "task_id", "request"),
     "crew.execution.left_running": ("dag_id", "task_id"),
+    "crew.execution.cost": ("dag_id", "task_id"),
+    "crew.execution.over_budget": ("dag_id", "task_id"),
 }
-ALERTS = ("crew.paid_post.unknown_outcome", "crew.execution.left_running")
+ALERTS = ("crew.execution.over_budget", "crew.paid_post.unknown_outcome", "crew.execution.left_running")
 REVIEW_METRICS = ("crew.review.round", "crew.review.response_time")  # human-in-the-loop: Airflow 3.1+
 
 

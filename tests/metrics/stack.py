@@ -73,7 +73,12 @@ CREWS = [
     crew("marked_failed", 60, 2),
     crew("broken_blocking", 2, 0.5),  # their crew metrics raise where REFUSING_HANDLER is set
     crew("broken_deferred", 3, 2),
+    # Spends 2,000 tokens a second until stopped: its kickoff's cap (3,000) stops it (over_budget).
+    {**crew("over_budget", 600, 1), "tokens_per_second": 2000},
 ]
+# Prices on these crews' connections, per million tokens: their ends count crew.execution.cost.
+PRICED = {"blocking", "over_budget"}
+PRICES = {"input_price": 3.0, "output_price": 15.0}
 NO_STOP_CREWS = [crew("no_stop", 60, 2)]  # on a service without POST /stop
 DAG_IDS = [f"metrics_{spec['name']}" for spec in CREWS + NO_STOP_CREWS]
 
@@ -144,7 +149,10 @@ def metrics_stack(
         env = {**metadata_database(stack), **FAST_SETTLE, **metrics_env}
         env["PYTHONPATH"] = os.pathsep.join([str(AIRFLOW_PATH), env["PYTHONPATH"]])
         for spec in CREWS:
-            env.update(main.connection_env(f"crew_{spec['name']}", crew=spec["name"], retry_delay=0.2))
+            prices = PRICES if spec["name"] in PRICED else {}
+            env.update(
+                main.connection_env(f"crew_{spec['name']}", crew=spec["name"], retry_delay=0.2, **prices)
+            )
         env.update(no_stop.connection_env("crew_no_stop", crew="no_stop"))
         review = None
         if AIRFLOW_V_3_1_PLUS:  # human-in-the-loop: Airflow 3.1+

@@ -26,6 +26,13 @@ def dag(dag_id: str, retries: int = 1) -> DAG:
     return DAG(dag_id, schedule=None, start_date=START, catchup=False, default_args=args)
 
 
+with dag("metrics_over_budget", retries=0):
+    # Its crew spends 2,000 tokens a second: the cap (3,000) is reached in the worker's reads before it
+    # would defer; the execution is stopped and the task fails: over_budget, ended over_budget, its cost.
+    CrewKickoffOperator(
+        task_id="kickoff", crew_conn_id="crew_over_budget", inputs=INPUTS, max_tokens=3000, deferrable=True
+    )
+
 with dag("metrics_blocking"):
     # Succeeds in its worker after a 429 on its kickoff and a gateway's 502 on a status read: started,
     # ended (succeeded), tokens, duration, status reads, end lag (poll), request.retried busy and gateway.
