@@ -140,7 +140,7 @@ def test_every_answer_a_request_is_sent_again_after_has_an_outcome_word() -> Non
 # -- the wait's end --------------------------------------------------------------------------------
 
 
-def _poller(clock: list[float], kicked_off_at: float | None = 1000.0) -> Poller:
+def _poller(clock: list[float], kicked_off_at: float | None = 1000.0, budget: Any = None) -> Poller:
     return Poller(
         "k-1",
         wait_for=WaitFor.COMPLETION,
@@ -150,6 +150,7 @@ def _poller(clock: list[float], kicked_off_at: float | None = 1000.0) -> Poller:
         max_poll_interval=5,
         log=logging.getLogger("test"),
         kicked_off_at=kicked_off_at,
+        budget=budget,
         clock=lambda: clock[0],
     )
 
@@ -196,17 +197,7 @@ def test_a_wait_over_its_budget_counts_its_cap_its_end_and_its_cost(stats: FakeS
     from airflow_provider_crew.waiting.budget import Budget, Prices
 
     budget = Budget(max_tokens=3_000, prices=Prices(input=3.0, output=15.0))
-    poller = Poller(
-        "k-1",
-        wait_for=WaitFor.COMPLETION,
-        deadline=2000.0,
-        not_found_deadline=0.0,
-        poll_interval=1,
-        max_poll_interval=5,
-        log=logging.getLogger("test"),
-        budget=budget,
-        clock=lambda: 1010.0,
-    )
+    poller = _poller([1010.0], budget=budget)
     usage = {"total_tokens": 4_000, "prompt_tokens": 3_000, "completion_tokens": 1_000}
     result = poller.step(_status("RUNNING", usage_metrics=usage))
     assert isinstance(result, WaitResult) and result.outcome is Outcome.OVER_BUDGET
