@@ -4,6 +4,11 @@ Version flags, names that moved between releases (``apache-airflow-providers-com
 already maps most of them to the right module for the running Airflow) and small probes of what
 the running Airflow has. Nothing here builds a trigger, defers a task or imports from the rest of
 the package: behaviour that depends on these lives with its concept.
+
+It is also the task side's one door to Airflow's private parts (the api-server's is
+``plugins/airflow_db.py``): every name Airflow does not publish for providers that a task, a trigger
+or a DAG file uses is reached here, so that one file shows what a new Airflow can break
+(docs/architecture.md, "Private Airflow APIs"; tests/test_private_airflow_apis.py checks each).
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ from packaging.version import Version
 
 if TYPE_CHECKING:
     from airflow.providers.standard.triggers.hitl import HITLTrigger as HITLTrigger
+    from airflow.sdk.bases.decorator import _TaskDecorator as TaskDecoratorBase
     from airflow.sdk.definitions.connection import Connection
+    from airflow.sdk.definitions.mappedoperator import OperatorPartial as OperatorPartial
     from airflow.sdk.definitions.param import Param
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg as PlainXComArg
 
 AIRFLOW_VERSION = Version(Version(_airflow_version).base_version)
 AIRFLOW_V_3_1_PLUS = AIRFLOW_VERSION >= Version("3.1.0")
@@ -95,18 +103,62 @@ def task_awaiting_input(method_name: str, kwargs: dict[str, Any], timeout: Any) 
     return TaskAwaitingInput(method_name=method_name, kwargs=kwargs, timeout=timeout)
 
 
+#: Private classes the task side subclasses, looked up when first imported (each loads more of Airflow's
+#: task SDK than a DAG file that does not use it needs): name -> (module, attribute).
+_PRIVATE_CLASSES = {
+    # @task.crew's decorator: task_decorator_factory cannot change the XComArg its tasks give.
+    "TaskDecoratorBase": ("airflow.sdk.bases.decorator", "_TaskDecorator"),
+    # A crew task's .output (waiting/xcom.py): a subclass that Airflow serialises as its plain XComArg.
+    "PlainXComArg": ("airflow.sdk.definitions.xcom_arg", "PlainXComArg"),
+    # A crew task's partial()/expand(): OperatorPartial._expand builds the mapped task on every minor.
+    "OperatorPartial": ("airflow.sdk.definitions.mappedoperator", "OperatorPartial"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``HITLTrigger``, looked up when first imported (it loads Airflow's models and aiohttp): the
-    standard provider's on 3.1+; on 3.0, which has no human-in-the-loop and refuses to import it,
-    the plain trigger base, so that the review package still imports and refuses at DAG parse."""
-    if name == "HITLTrigger":
-        if AIRFLOW_V_3_1_PLUS:
-            from airflow.providers.standard.triggers.hitl import HITLTrigger
-        else:
-            from airflow.triggers.base import BaseTrigger as HITLTrigger  # type: ignore[assignment]
-        globals()[name] = HITLTrigger
-        return HITLTrigger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``HITLTrigger`` and :data:`_PRIVATE_CLASSES`, looked up when first imported. ``HITLTrigger``
+    (it loads Airflow's models and aiohttp) is the standard provider's on 3.1+; on 3.0, which has no
+    human-in-the-loop and refuses to import it, the plain trigger base, so that the review package
+    still imports and refuses at DAG parse."""
+    import importlib
+
+    if name == "HITLTrigger" and AIRFLOW_V_3_1_PLUS:
+        module, attribute = "airflow.providers.standard.triggers.hitl", "HITLTrigger"
+    elif name == "HITLTrigger":
+        module, attribute = "airflow.triggers.base", "BaseTrigger"
+    elif name in _PRIVATE_CLASSES:
+        module, attribute = _PRIVATE_CLASSES[name]
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = getattr(importlib.import_module(module), attribute)
+    globals()[name] = found
+    return found
+
+
+def resumed_after_deferral(ti: Any) -> bool | None:
+    """Whether this run of the task instance resumed after a deferral or a park (the server's
+    ``next_method``); None where the running Airflow does not say (a private attribute of the task
+    SDK's ``RuntimeTaskInstance`` on 3.0-3.3)."""
+    context = getattr(ti, "_ti_context_from_server", None)
+    if context is None:
+        return None
+    return bool(getattr(context, "next_method", None))
+
+
+def has_post_execute(task: Any) -> bool:
+    """Whether ``task`` runs something after ``execute``: its class overrides ``post_execute``, or it
+    was given a ``post_execute`` callable (``BaseOperator``'s private ``_post_execute_hook``, 3.0-3.3)."""
+    overridden = type(task).post_execute is not BaseOperator.post_execute
+    return overridden or bool(getattr(task, "_post_execute_hook", None))
+
+
+def upsert_hitl_detail(**fields: Any) -> None:
+    """Write this task instance's human-in-the-loop request (the task SDK's private
+    ``execution_time.hitl.upsert_hitl_detail``, 3.1-3.3: the standard provider's ``HITLOperator``
+    writes its requests with it too; there is no public call)."""
+    from airflow.sdk.execution_time import hitl
+
+    hitl.upsert_hitl_detail(**fields)
 
 
 def task_instance_state(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str | None:
@@ -269,17 +321,23 @@ __all__ = [
     "BaseOperator",
     "BaseSensorOperator",
     "HITLTrigger",
+    "OperatorPartial",
+    "PlainXComArg",
+    "TaskDecoratorBase",
     "aget_connection",
     "conf",
+    "has_post_execute",
     "hitl_params",
     "is_task_timeout",
     "require_human_in_the_loop",
+    "resumed_after_deferral",
     "running_in_process_test",
     "stats_client",
     "task_awaiting_input",
     "task_instance_state",
     "task_state_store",
     "task_success_listeners",
+    "upsert_hitl_detail",
     "warm_execution_api",
     "xcom_not_found",
 ]

@@ -18,8 +18,8 @@ from airflow.providers.common.compat.sdk import (
     context_merge,
     determine_kwargs,
 )
-from airflow.sdk.bases.decorator import _TaskDecorator
 
+from airflow_provider_crew._compat import TaskDecoratorBase
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.waiting.xcom import crew_output
@@ -131,7 +131,7 @@ def check_decorator_arguments(kwargs: Mapping[str, Any]) -> None:
 
 
 @attr.define(slots=False)
-class _CrewTaskDecorator(_TaskDecorator):  # type: ignore[misc]
+class _CrewTaskDecorator(TaskDecoratorBase):  # type: ignore[misc]
     """Airflow's TaskFlow decorator whose XComArgs read a key a wait may leave out
     (:data:`~airflow_provider_crew.waiting.xcom.NONE_WHEN_ABSENT`) as None, as
     ``CrewKickoffOperator.output`` does."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
+from airflow_provider_crew._compat import resumed_after_deferral
 from airflow_provider_crew.waiting.xcom import XCOM_EXECUTION_URL
 
 if TYPE_CHECKING:
@@ -79,10 +80,7 @@ class CrewExecutionLink(BaseOperatorLink):
 def resumed(ti: Any) -> bool:
     """Whether this run of the task resumed after a deferral or a park (Airflow keeps the try's XComs
     then); True when it cannot tell, so that the link looks in XCom as it did before."""
-    context = getattr(ti, "_ti_context_from_server", None)
-    if context is None:
-        return True
-    return bool(getattr(context, "next_method", None))
+    return resumed_after_deferral(ti) is not False
 
 
 def push_execution_url(context: Context, config: CrewConnectionConfig, kickoff_id: str) -> str | None:

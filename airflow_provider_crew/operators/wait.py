@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_crew import metrics
-from airflow_provider_crew._compat import BaseOperator, running_in_process_test, task_success_listeners
+from airflow_provider_crew._compat import has_post_execute, running_in_process_test, task_success_listeners
 from airflow_provider_crew.exceptions import (
     CrewError,
     CrewExecutionFailedError,
@@ -335,8 +335,7 @@ class CrewWaitMixin(CrewStopMixin):
         if (
             getattr(self, "on_success_callback", None)
             or getattr(self, "outlets", None)
-            or getattr(self, "_post_execute_hook", None)
-            or type(self).post_execute is not BaseOperator.post_execute  # type: ignore[attr-defined]
+            or has_post_execute(self)
             or not getattr(self, "do_xcom_push", True)
             or running_in_process_test()
             or task_success_listeners()

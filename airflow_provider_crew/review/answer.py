@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input
+from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input, upsert_hitl_detail
 from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
 from airflow_provider_crew.review.record import ReviewAnswer, ReviewRequest
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
@@ -33,7 +33,7 @@ def answer_form(task: Any) -> dict[str, Any]:
     """What the request offers, as both its writer and the trigger that reads its answer must say it:
     the options, the time-out default, and one form field, ``feedback`` (as the running Airflow stores it).
     """
-    from airflow.sdk.definitions.param import Param
+    from airflow.providers.common.compat.sdk import Param
 
     feedback = Param(
         "",
@@ -57,8 +57,6 @@ def ask(task: Any, context: Context, request: ReviewRequest, kwargs: dict[str, A
     :param task: The round (its ``assigned_users``, ``approve_on_timeout``, ``response_timeout``).
     :param kwargs: What ``execute_review`` is called with besides the answer.
     """
-    from airflow.sdk.execution_time.hitl import upsert_hitl_detail
-
     upsert_hitl_detail(
         ti_id=context["task_instance"].id,
         subject=request["subject"],

@@ -429,7 +429,7 @@ async def push_xcoms(task_instance: Any, xcoms: dict[str, Any]) -> None:
     ``XComModel.set(serialize=True)`` into a JSON column). Once the oldest supported Airflow stores
     an end event's ``xcoms`` once, send them with the event and delete this function.
     """
-    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.providers.common.compat.sdk import XCom
 
     def push() -> None:
         for key, value in xcoms.items():

@@ -156,9 +156,7 @@ def crew_output(operator: Any, key: str = "return_value") -> Any:
 @functools.cache
 def _crew_xcom_arg_class() -> type:
     """The XComArg class, built on first use: DAG files that never read ``.output`` import no more."""
-    from airflow.sdk.definitions.xcom_arg import PlainXComArg
-
-    from airflow_provider_crew._compat import xcom_not_found
+    from airflow_provider_crew._compat import PlainXComArg, xcom_not_found
 
     XComNotFound = xcom_not_found()
 
@@ -198,7 +196,9 @@ def crew_partial(partial: Any) -> Any:
 
 @functools.cache
 def _crew_mapping_classes() -> type:
-    from airflow.sdk.definitions.mappedoperator import MappedOperator, OperatorPartial
+    from airflow.providers.common.compat.sdk import MappedOperator
+
+    from airflow_provider_crew._compat import OperatorPartial
 
     class CrewMappedOperator(MappedOperator):  # type: ignore[misc]
         __slots__ = ()
