@@ -37,6 +37,7 @@ from .control import ControlAPI
 from .counters import Counters
 from .crew_spec import CrewSpec
 from .engine import Engine, ResumeError, StopError
+from .event_stream import EventTarget, parse_event_target
 from .execution import HumanInputTarget
 from .fault_answers import drop_connection, fault_answer, send_hostile_answer, send_trickled
 from .faults import Faults
@@ -68,6 +69,14 @@ def _webhook_urls(body: Mapping[str, Any]) -> dict[str, str | None]:
         value = body.get(field)
         urls[kind] = None if value is None else _check_url(value, field)
     return urls
+
+
+def _event_target(body: Mapping[str, Any]) -> EventTarget | None:
+    """The ``webhooks`` object (the event stream) of a kickoff or resume body."""
+    try:
+        return parse_event_target(body.get("webhooks"))
+    except ValueError as exc:
+        raise HTTPError(400, str(exc)) from None
 
 
 def _human_input_target(value: Any) -> HumanInputTarget | None:
@@ -373,11 +382,18 @@ class CrewServiceApp(ControlAPI):
             raise HTTPError(400, "Field 'meta' must be an object")
         webhooks = _webhook_urls(data)
         human = _human_input_target(data.get("humanInputWebhook"))
+        events = _event_target(data)
         missing = crew.missing_inputs(inputs or {})
         if missing:
             raise HTTPError(422, "Missing required inputs", {"missing_inputs": missing})
         ex = self.engine.kickoff(
-            crew, inputs or {}, meta=meta, webhooks=webhooks, human_input=human, token_kind=token_kind
+            crew,
+            inputs or {},
+            meta=meta,
+            webhooks=webhooks,
+            human_input=human,
+            token_kind=token_kind,
+            event_target=events,
         )
         return 200, json.dumps({"kickoff_id": ex.kickoff_id}).encode(), JSON, []
 
@@ -391,9 +407,15 @@ class CrewServiceApp(ControlAPI):
                 kind = "a boolean (true or false)" if typ is bool else "a string"
                 raise HTTPError(400, f"Field '{name}' must be {kind}")
         webhooks = _webhook_urls(data)
+        events = _event_target(data)
         try:
             status, message = self.engine.resume(
-                data["execution_id"], data["task_id"], data["human_feedback"], data["is_approve"], webhooks
+                data["execution_id"],
+                data["task_id"],
+                data["human_feedback"],
+                data["is_approve"],
+                webhooks,
+                event_target=events,
             )
         except ResumeError as exc:
             raise HTTPError(exc.status_code, exc.message) from None

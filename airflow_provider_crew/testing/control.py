@@ -32,6 +32,8 @@ CONTROL_ROUTES = [
     "GET /_control/executions",
     "GET /_control/executions/{kickoff_id}",
     "GET /_control/webhooks",
+    "GET /_control/events",
+    "GET /_control/events/{kickoff_id}",
     "POST /_control/reset",
     "GET /_control/crews",
     "GET /_control/config",
@@ -169,6 +171,23 @@ class ControlAPI(ABC):
     async def _webhooks(self, arg: str | None, data: Any) -> tuple[int, Any]:
         return 200, {"deliveries": self.sender.deliveries, "pending": self.sender.pending}
 
+    async def _events(self, arg: str | None, data: Any) -> tuple[int, Any]:
+        """The ``webhooks`` event stream of one execution, or of all that have one."""
+        executions = self.engine.executions
+        if arg is not None and arg not in executions:
+            raise HTTPError(404, f"Execution {arg} not found")
+        chosen = [executions[arg]] if arg is not None else list(executions.values())
+        streams = {
+            ex.kickoff_id: {
+                "target": ex.events.target.describe() if ex.events else None,
+                "events": list(ex.events.sent) if ex.events else [],
+                "posts": ex.events.posts if ex.events else 0,
+            }
+            for ex in chosen
+            if ex.events is not None or arg is not None
+        }
+        return 200, streams[arg] if arg is not None else {"executions": streams}
+
     async def _reset(self, arg: str | None, data: Any) -> tuple[int, Any]:
         await self.reset()
         return 200, {"reset": True}
@@ -205,6 +224,7 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("DELETE", "faults"): ControlAPI._remove_faults,
     ("GET", "executions"): ControlAPI._executions,
     ("GET", "webhooks"): ControlAPI._webhooks,
+    ("GET", "events"): ControlAPI._events,
     ("POST", "reset"): ControlAPI._reset,
     ("GET", "crews"): ControlAPI._crews,
     ("GET", "config"): ControlAPI._config,

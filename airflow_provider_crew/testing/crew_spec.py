@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "DEFAULT_EVENT_BATCH_SECONDS",
+    "DEFAULT_EVENT_BATCH_SIZE",
     "DEFAULT_PENDING_SECONDS",
     "DEFAULT_STEPS",
     "DEFAULT_STEP_SECONDS",
@@ -18,6 +20,8 @@ __all__ = [
 DEFAULT_STEPS = 2
 DEFAULT_STEP_SECONDS = 0.05
 DEFAULT_PENDING_SECONDS = 0.05
+DEFAULT_EVENT_BATCH_SECONDS = 0.5
+DEFAULT_EVENT_BATCH_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class TaskSpec:
     output_template: Any = None
     # Run steps forever (``steps`` is ignored) until the execution is stopped: a crew that never ends.
     endless: bool = False
+    # Tools that raise when this task's agent uses them: tool_usage_error events instead of finished.
+    failing_tools: tuple[str, ...] = ()
 
     def should_fail(self, inputs: Mapping[str, Any]) -> bool:
         if self.fails:
@@ -79,6 +85,15 @@ class CrewSpec:
     tokens_per_second: float = 0.0
     # Whether the status record carries usage_metrics: off plays a service that reports no usage.
     reports_usage: bool = True
+    # The ``webhooks`` event stream: a batch goes out after ``event_batch_seconds`` (wall clock) or
+    # at ``event_batch_size`` events, whichever comes first, and at the end of the execution.
+    event_batch_seconds: float = DEFAULT_EVENT_BATCH_SECONDS
+    event_batch_size: int = DEFAULT_EVENT_BATCH_SIZE
+    # Deliver out of order (each batch shuffled, every other batch held back) / some deliveries twice.
+    shuffle_events: bool = False
+    repeat_events: bool = False
+    # Also call crewWebhookUrl when an execution fails (off: only the event stream tells of a failure).
+    completion_webhook_on_failure: bool = False
 
     @property
     def input_names(self) -> list[str]:
@@ -106,6 +121,11 @@ class CrewSpec:
             "pause_without_webhook": self.pause_without_webhook,
             "tokens_per_second": self.tokens_per_second,
             "reports_usage": self.reports_usage,
+            "event_batch_seconds": self.event_batch_seconds,
+            "event_batch_size": self.event_batch_size,
+            "shuffle_events": self.shuffle_events,
+            "repeat_events": self.repeat_events,
+            "completion_webhook_on_failure": self.completion_webhook_on_failure,
             "tasks": [
                 {
                     "name": t.name,
@@ -121,6 +141,7 @@ class CrewSpec:
                     "tools": list(t.tools),
                     "output_template": t.output_template,
                     "endless": t.endless,
+                    "failing_tools": list(t.failing_tools),
                 }
                 for t in self.tasks
             ],

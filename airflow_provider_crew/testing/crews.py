@@ -16,6 +16,8 @@ from typing import Any
 
 from .agent import AgentContext, DeterministicAgent, FeedbackNote, StepRecord, TaskOutcome, render_template
 from .crew_spec import (
+    DEFAULT_EVENT_BATCH_SECONDS,
+    DEFAULT_EVENT_BATCH_SIZE,
     DEFAULT_PENDING_SECONDS,
     DEFAULT_STEP_SECONDS,
     DEFAULT_STEPS,
@@ -130,6 +132,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         "pause_without_webhook",
         "tokens_per_second",
         "reports_usage",
+        *EVENT_FIELDS,
     }
     unknown = sorted(set(data) - known)
     _expect(not unknown, f"crew {name}", f"unknown fields {unknown}")
@@ -168,7 +171,44 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         pause_without_webhook=_flag(data, "pause_without_webhook", False, f"crew {name}"),
         tokens_per_second=tokens_per_second,
         reports_usage=_flag(data, "reports_usage", True, f"crew {name}"),
+        **_event_settings(data, f"crew {name}"),
     )
+
+
+EVENT_FIELDS = (
+    "event_batch_seconds",
+    "event_batch_size",
+    "shuffle_events",
+    "repeat_events",
+    "completion_webhook_on_failure",
+)
+
+
+def _event_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The crew's event-stream fields (see :class:`CrewSpec`), checked, as CrewSpec keywords."""
+    seconds = _number(
+        data.get("event_batch_seconds", DEFAULT_EVENT_BATCH_SECONDS), f"{where}.event_batch_seconds"
+    )
+    _expect(math.isfinite(seconds), f"{where}.event_batch_seconds", "must be a finite number")
+    size = data.get("event_batch_size", DEFAULT_EVENT_BATCH_SIZE)
+    _expect(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 1,
+        f"{where}.event_batch_size",
+        "must be an int >= 1",
+    )
+    flags = {f: _flag(data, f, False, where) for f in EVENT_FIELDS[2:]}
+    return {"event_batch_seconds": seconds, "event_batch_size": size, **flags}
+
+
+def _names(item: Mapping[str, Any], key: str, default: list[str], where: str) -> tuple[str, ...]:
+    """A list-of-strings field (``tools``, ``failing_tools``) as a tuple."""
+    names = item.get(key, default)
+    _expect(
+        isinstance(names, list) and all(isinstance(t, str) for t in names),
+        f"{where}.{key}",
+        "must be a list of strings",
+    )
+    return tuple(names)
 
 
 def _flag(data: Mapping[str, Any], field: str, default: bool, where: str) -> bool:
@@ -222,6 +262,7 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
         "tools",
         "output_template",
         "endless",
+        "failing_tools",
     }
     unknown = sorted(set(item) - known)
     _expect(not unknown, where, f"unknown fields {unknown}")
@@ -244,12 +285,7 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
             _expect(not item.get(key), f"{where}.{key}", "cannot be set on an endless task")
     fail_when = item.get("fail_when")
     _expect(fail_when is None or isinstance(fail_when, Mapping), f"{where}.fail_when", "must be an object")
-    tools = item.get("tools", ["search"])
-    _expect(
-        isinstance(tools, list) and all(isinstance(t, str) for t in tools),
-        f"{where}.tools",
-        "must be a list of strings",
-    )
+    tools = _names(item, "tools", ["search"], where)
     return TaskSpec(
         name=item["name"],
         agent=item["agent"],
@@ -264,4 +300,5 @@ def _task_from_dict(item: Any, where: str) -> TaskSpec:
         tools=tuple(tools) or ("search",),
         output_template=item.get("output_template"),
         endless=item.get("endless", False),
+        failing_tools=_names(item, "failing_tools", [], where),
     )

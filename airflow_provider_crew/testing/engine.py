@@ -7,7 +7,8 @@ re-runs the task with the feedback as context (retry), which pauses and notifies
 :meth:`Engine.stop` ends any unfinished execution as REVOKED: its runner is cancelled, so no more
 steps run and no more webhooks are sent for it (no crew webhook either). A task with ``endless``
 steps until then. While RUNNING an execution also spends ``crew.tokens_per_second`` tokens per
-second (see :class:`~.execution.Execution`).
+second (see :class:`~.execution.Execution`). An execution whose kickoff (or a resume) gave a
+``webhooks`` object also reports what it does as events (:mod:`.events`, :mod:`.event_stream`).
 All state lives in memory, in the serving event loop's thread.
 """
 
@@ -20,8 +21,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .agent import AgentContext, DeterministicAgent, FeedbackNote, TaskOutcome, render_template
+from . import events as ev
+from .agent import AgentContext, DeterministicAgent, FeedbackNote, TaskOutcome
 from .crew_spec import CrewSpec, TaskSpec
+from .event_stream import EventStream, EventTarget
 from .execution import (
     FAILED,
     PAUSED,
@@ -36,6 +39,7 @@ from .execution import (
     PausedTask,
 )
 from .faults import Faults
+from .payloads import crew_payload, human_input_payload, step_payload, task_payload
 from .webhooks import WebhookSender
 
 __all__ = [
@@ -115,6 +119,7 @@ class Engine:
         webhooks: Mapping[str, str | None] | None = None,
         human_input: HumanInputTarget | None = None,
         token_kind: str = "org",
+        event_target: EventTarget | None = None,
     ) -> Execution:
         """Create an execution and start running it; returns at once (state PENDING)."""
         kickoff_id = str(uuid.uuid4())
@@ -132,6 +137,8 @@ class Engine:
         for rule in self.faults.status_404_budget(crew.name):
             ex.hidden_polls += rule.count or 0
             ex.hidden_rule = ex.hidden_rule or rule
+        if event_target is not None:
+            ex.events = EventStream(event_target, self.sender, crew, kickoff_id)
         self.executions[kickoff_id] = ex
         ex.runner = asyncio.get_running_loop().create_task(self._run(ex), name=f"crew-{kickoff_id}")
         return ex
@@ -157,6 +164,7 @@ class Engine:
             await self._pause_for(ex.crew.pending_seconds)
             ex.state = RUNNING
             ex.touch()
+            ev.crew_started(ex)
             tasks = ex.crew.tasks
             while ex.state == RUNNING and ex.task_index < len(tasks):
                 index = ex.task_index
@@ -193,11 +201,15 @@ class Engine:
             feedback=[FeedbackNote(f.task_name, f.feedback, f.is_approve) for f in ex.feedback],
             attempt=attempt,
         )
+        variables = self.agent.variables(ctx)
+        ev.task_started(ex, index, ctx, variables)
         await self._take_steps(ex, ctx, task)
         if task.should_fail(ex.inputs):
+            ev.task_failed(ex, index, task.error)
             self._fail(ex, task.error)
             return None
         outcome = self.agent.write(ctx)
+        ev.task_done(ex, index, ctx, variables, outcome)
         ex.prompt_tokens += outcome.prompt_tokens
         ex.completion_tokens += outcome.completion_tokens
         ex.requests += 1
@@ -231,40 +243,15 @@ class Engine:
             ex.completion_tokens += step.completion_tokens
             ex.requests += 1
             ex.touch()
-            self._emit(
-                ex,
-                "step",
-                {
-                    "prompt": step.prompt,
-                    "thought": step.thought,
-                    "tool": step.tool,
-                    "tool_input": step.tool_input,
-                    "result": step.result,
-                    "kickoff_id": ex.kickoff_id,
-                    "meta": ex.meta,
-                },
-            )
+            ev.step(ex, ex.task_index, step)
+            self._emit(ex, "step", step_payload(ex, step))
         if task.steps == 0 and not task.endless:
             await self._pause_for(per_step)
 
     def _notify_task(self, ex: Execution, index: int, outcome: TaskOutcome) -> None:
         task = ex.crew.tasks[index]
         ctx_vars = self.agent.variables(AgentContext(crew=ex.crew, task=task, inputs=ex.inputs))
-        self._emit(
-            ex,
-            "task",
-            {
-                "description": render_template(task.description, ctx_vars),
-                "name": task.name,
-                "expected_output": render_template(task.expected_output, ctx_vars),
-                "summary": outcome.summary,
-                "agent": task.agent,
-                "output": outcome.raw,
-                "output_json": outcome.json,
-                "kickoff_id": ex.kickoff_id,
-                "meta": ex.meta,
-            },
-        )
+        self._emit(ex, "task", task_payload(ex, index, outcome, ctx_vars))
 
     def _pause(self, ex: Execution, index: int, outcome: TaskOutcome) -> asyncio.Future[bool]:
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -273,6 +260,7 @@ class Engine:
         ex.state = PAUSED
         ex.status = PENDING_HUMAN_INPUT
         ex.touch()
+        ev.settle(ex)
         target = ex.human_input
         if target is None:
             return waiter  # pausing without a webhook (pause_without_webhook): nobody is told
@@ -280,13 +268,7 @@ class Engine:
         ex.delivery_tail = self.sender.send(
             "human_input",
             target.url,
-            {
-                "execution_id": ex.kickoff_id,
-                "task_id": ex.task_ids[index],
-                "task_output": outcome.raw,
-                "kickoff_id": ex.kickoff_id,
-                "meta": ex.meta,
-            },
+            human_input_payload(ex, index, outcome),
             kickoff_id=ex.kickoff_id,
             headers=target.headers(),
             auth=target.strategy,
@@ -309,22 +291,8 @@ class Engine:
         ex.status = "Crew execution completed"
         ex.finished_at = time.time()
         ex.touch()
-        usage = ex.usage_metrics()
-        self._emit(
-            ex,
-            "crew",
-            {
-                "kickoff_id": ex.kickoff_id,
-                "result": ex.result,
-                "result_json": ex.result_json,
-                "token_usage": {
-                    "total_tokens": usage["total_tokens"],
-                    "prompt_tokens": usage["prompt_tokens"],
-                    "completion_tokens": usage["completion_tokens"],
-                },
-                "meta": ex.meta,
-            },
-        )
+        ev.crew_completed(ex)
+        self._emit(ex, "crew", crew_payload(ex))
 
     def _fail(self, ex: Execution, error: str) -> None:
         ex.state = FAILED
@@ -332,6 +300,9 @@ class Engine:
         ex.error = error
         ex.finished_at = time.time()
         ex.touch()
+        ev.crew_failed(ex)
+        if ex.crew.completion_webhook_on_failure:  # off by default: the contract promises none here
+            self._emit(ex, "crew", crew_payload(ex))
 
     def _emit(self, ex: Execution, kind: str, payload: dict[str, Any]) -> None:
         url = ex.webhooks.get(kind)
@@ -350,6 +321,7 @@ class Engine:
         feedback: str,
         is_approve: bool,
         webhooks: Mapping[str, str | None],
+        event_target: EventTarget | None = None,
     ) -> tuple[str, str]:
         """Apply human feedback; returns the response ``(status, message)`` or raises ResumeError."""
         ex = self.executions.get(kickoff_id)
@@ -372,6 +344,11 @@ class Engine:
             )
         # The contract's resume rule: webhook addresses are not carried over; only those given now are used.
         ex.webhooks = {k: webhooks.get(k) for k in WEBHOOK_KINDS}
+        # The event stream keeps the kickoff's target unless this resume gives one.
+        if event_target is not None and ex.events is not None:
+            ex.events.retarget(event_target)
+        elif event_target is not None:
+            ex.events = EventStream(event_target, self.sender, ex.crew, kickoff_id)
         ex.feedback.append(
             FeedbackRound(
                 round=len(ex.feedback) + 1,
@@ -419,6 +396,7 @@ class Engine:
         ex.finished_at = time.time()
         ex.paused = None
         ex.touch()
+        ev.settle(ex)
         runner = ex.runner
         if runner is not None and not runner.done():
             # Runs in the serving loop, so the runner is parked at an await: it ends there, no
@@ -430,6 +408,9 @@ class Engine:
     # Lifecycle
 
     async def cancel_all(self) -> None:
+        for ex in self.executions.values():
+            if ex.events is not None:
+                ex.events.close()
         runners = [ex.runner for ex in self.executions.values() if ex.runner and not ex.runner.done()]
         for runner in runners:
             runner.cancel()

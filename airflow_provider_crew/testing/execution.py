@@ -20,6 +20,7 @@ from typing import Any
 
 from .agent import TaskOutcome
 from .crew_spec import CrewSpec, TaskSpec
+from .event_stream import EventStream
 from .faults import FaultRule
 
 __all__ = [
@@ -122,6 +123,7 @@ class Execution:
     paused_at: float | None = None  # when it last paused for human input (epoch seconds)
     runner: asyncio.Task[None] | None = None
     delivery_tail: asyncio.Task[None] | None = None
+    events: EventStream | None = None  # the ``webhooks`` event stream, when the kickoff or a resume asked
     version: int = 0
     _status_cache: tuple[tuple[int, int], bytes] | None = None
     # Continuous spending (crew.tokens_per_second): seconds spent RUNNING, counted up to
@@ -251,6 +253,8 @@ class Execution:
                 # wall-clock seconds spent RUNNING (what crew.tokens_per_second is charged on)
                 "running_seconds": self.running_seconds,
                 "polls": self.polls,
+                "event_webhooks": self.events.target.describe() if self.events else None,
+                "events_sent": len(self.events.sent) if self.events else 0,
                 "hidden_polls_left": self.hidden_polls,
             }
         )

@@ -82,6 +82,11 @@ class CrewServiceHandle(ABC):
         """Every webhook the service tried to send (kind, url, payload, status, ok, error)."""
 
     @abstractmethod
+    def sent_events(self, kickoff_id: str) -> list[dict[str, Any]]:
+        """The events an execution's ``webhooks`` stream sent (or has pending), in emission order,
+        each once; ``[]`` without a stream. KeyError for an unknown kickoff id."""
+
+    @abstractmethod
     def reset(self) -> None:
         """Forget executions, deliveries, counters and faults."""
 
@@ -260,6 +265,14 @@ class RemoteCrewService(CrewServiceHandle):
     @property
     def webhook_deliveries(self) -> list[dict[str, Any]]:
         return self.control.call("GET", "webhooks")["deliveries"]
+
+    def sent_events(self, kickoff_id: str) -> list[dict[str, Any]]:
+        try:
+            return self.control.call("GET", f"events/{kickoff_id}")["events"]
+        except ControlAPIError as exc:
+            if exc.status == 404:
+                raise KeyError(kickoff_id) from None
+            raise
 
     def reset(self) -> None:
         self.control.call("POST", "reset")

@@ -307,6 +307,13 @@ class LocalCrewService(CrewServiceHandle):
     def webhook_deliveries(self) -> list[dict[str, Any]]:
         return self.call_in_loop(lambda: self.app.sender.deliveries)
 
+    def sent_events(self, kickoff_id: str) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            stream = self.app.engine.executions[kickoff_id].events
+            return list(stream.sent) if stream is not None else []
+
+        return self.call_in_loop(read)
+
     def reset(self) -> None:
         if self.running:
             self.run_coroutine(self.app.reset())

@@ -2,7 +2,9 @@
 
 The sender makes real HTTP POSTs with one shared aiohttp session. Deliveries of one execution are
 chained so a receiver sees them in the order they happened (steps, then the task, then the
-human-input or crew notification). A failed delivery is recorded and never stops the execution.
+human-input or crew notification); the ``webhooks`` event stream (:mod:`.event_stream`) is not
+ordered. A failed delivery is recorded and never stops the execution. The receiver also reads
+event-stream deliveries (``{"events": [...]}``): :meth:`WebhookReceiver.unique_events`.
 """
 
 from __future__ import annotations
@@ -135,6 +137,12 @@ class WebhookSender:
 # Receiver
 
 
+class _Server(ThreadingHTTPServer):
+    # Realtime event streams open dozens of connections at once; the default backlog of 5 would
+    # drop the surplus SYNs, and each dropped one costs the sender a second-long retransmit.
+    request_queue_size = 128
+
+
 @dataclass(frozen=True)
 class ReceivedWebhook:
     """One request the receiver got. ``headers`` keys are lower case."""
@@ -201,7 +209,7 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read records
                 return
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server = _Server((host, 0), Handler)
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -295,3 +303,51 @@ class WebhookReceiver:
         if count <= 0:
             return self.of_kind(kind)
         return self.wait_for(enough, timeout)
+
+    # -- the ``webhooks`` event stream: deliveries of ``{"events": [...]}``
+    def events(self, kind: str = "events") -> list[dict[str, Any]]:
+        """Every event delivered to ``url_for(kind)``, as delivered: in arrival order, repeats included."""
+        return _events_in(self.received, kind)
+
+    def unique_events(self, kind: str = "events", execution_id: str | None = None) -> list[dict[str, Any]]:
+        """The events delivered to ``url_for(kind)`` once each (by ``id``), ordered by ``timestamp``."""
+        return _unique(_events_in(self.received, kind), execution_id)
+
+    def wait_for_events(
+        self,
+        predicate: Callable[[list[dict[str, Any]]], T | None],
+        kind: str = "events",
+        execution_id: str | None = None,
+        timeout: float = 5.0,
+    ) -> T:
+        """Wait until ``predicate(unique_events(kind, execution_id))`` is truthy; returns its value."""
+        return self.wait_for(
+            lambda records: predicate(_unique(_events_in(records, kind), execution_id)), timeout
+        )
+
+    def wait_for_event(
+        self, event_type: str, kind: str = "events", execution_id: str | None = None, timeout: float = 5.0
+    ) -> dict[str, Any]:
+        """Wait for the first (by timestamp) event of ``event_type``; returns it."""
+
+        def first(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+            return next((e for e in events if e.get("type") == event_type), None)
+
+        return self.wait_for_events(first, kind, execution_id, timeout)
+
+
+def _events_in(records: list[ReceivedWebhook], kind: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for record in records:
+        body = record.json
+        if record.kind == kind and isinstance(body, dict) and isinstance(body.get("events"), list):
+            found.extend(e for e in body["events"] if isinstance(e, dict))
+    return found
+
+
+def _unique(events: list[dict[str, Any]], execution_id: str | None) -> list[dict[str, Any]]:
+    seen: dict[Any, dict[str, Any]] = {}
+    for event in events:
+        if execution_id is None or event.get("execution_id") == execution_id:
+            seen.setdefault(event.get("id"), event)
+    return sorted(seen.values(), key=lambda e: str(e.get("timestamp")))
