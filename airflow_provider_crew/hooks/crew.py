@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_crew._compat import BaseHook
 from airflow_provider_crew.connection_form import (
     CONN_TYPE,
     TOKEN_LABEL,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
     from airflow_provider_crew.hooks.client.request import Call
     from airflow_provider_crew.hooks.client.response import Response
-    from airflow_provider_crew.models import HumanInputWebhook, KickoffResponse, ResumeResult, StopResult
+    from airflow_provider_crew.models import HumanInputWebhook, ResumeResult, StopResult
     from airflow_provider_crew.status import CrewStatus
 
 # How long a stop may take, retries included: it runs while Airflow kills the task (on_kill) or
@@ -96,14 +96,14 @@ class CrewHook(BaseHook):
 
     def _read_connection(self, *, name_connection: bool = True) -> tuple[CrewConnectionConfig, str | None]:
         """The connection's settings, and what it holds that the provider does not read."""
-        from airflow_provider_crew.connection import config_from_connection, missing_connection, unread_extras
+        from airflow_provider_crew import connection as crew_connection
 
-        try:
+        with crew_connection.defined_where_this_runs(self.crew_conn_id):
             connection = self.get_connection(self.crew_conn_id)
-        except AirflowNotFoundException:
-            raise missing_connection(self.crew_conn_id) from None
-        config = config_from_connection(connection, self.crew_conn_id, name_connection=name_connection)
-        return self._with_overrides(config), unread_extras(connection)
+        config = crew_connection.config_from_connection(
+            connection, self.crew_conn_id, name_connection=name_connection
+        )
+        return self._with_overrides(config), crew_connection.unread_extras(connection)
 
     async def aget_config(self) -> CrewConnectionConfig:
         """The same settings, looked up without blocking the event loop (shared by the loop's waits)."""
@@ -136,19 +136,12 @@ class CrewHook(BaseHook):
         policy = RetryPolicy(call, self.config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
-    async def _asend(
-        self,
-        call: Call,
-        config: CrewConnectionConfig,
-        *,
-        retry_limit: int | None = None,
-        deadline: float | None = None,
-    ) -> Response:
+    async def _asend(self, call: Call, config: CrewConnectionConfig, *, deadline: float | None) -> Response:
         """:meth:`_send` on the event loop, with its shared session and connection (``config``)."""
         from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
         from airflow_provider_crew.hooks.client.transport import AsyncTransport
 
-        policy = RetryPolicy(call, config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
+        policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
         return await asend_with_retries(AsyncTransport().send, policy)
 
     def _post(
@@ -163,8 +156,8 @@ class CrewHook(BaseHook):
     ) -> Any:
         """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
         and read the answer as ``answer``."""
-        from airflow_provider_crew.hooks.client.request import post_call
-        from airflow_provider_crew.hooks.client.response import build_request_model, read_answer
+        from airflow_provider_crew.hooks.client.request import build_request_model, post_call
+        from airflow_provider_crew.hooks.client.response import read_answer
 
         body = build_request_model(request, **fields).to_wire()
         call = post_call(self.config, path, body, if_unknown=if_unknown, conn_id=self._named_conn_id)
@@ -203,7 +196,7 @@ class CrewHook(BaseHook):
         """
         from airflow_provider_crew.models import KickoffRequest, KickoffResponse
 
-        response: KickoffResponse = self._post(
+        return self._post(
             "/kickoff",
             KickoffRequest,
             KickoffResponse,
@@ -215,8 +208,7 @@ class CrewHook(BaseHook):
             step_webhook_url=step_webhook_url,
             crew_webhook_url=crew_webhook_url,
             human_input_webhook=human_input_webhook,
-        )
-        return response.kickoff_id
+        ).kickoff_id
 
     def get_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """``GET /{kickoff_id}/status`` (or ``/status/{kickoff_id}``): the status record, a
@@ -225,16 +217,14 @@ class CrewHook(BaseHook):
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
-        from airflow_provider_crew.hooks.client.request import request_headers
+        from airflow_provider_crew.hooks.client.request import Call
         from airflow_provider_crew.hooks.client.response import read_status
 
-        read = read_status(self.config, request_headers(self.config), kickoff_id, conn_id=self._named_conn_id)
-        call = next(read)
-        try:
-            while True:
-                call = read.send(self._send(call, deadline=deadline))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        read = read_status(self.config, kickoff_id, conn_id=self._named_conn_id)
+        step = next(read)
+        while isinstance(step, Call):
+            step = read.send(self._send(step, deadline=deadline))
+        return step
 
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """:meth:`get_status` for triggers, without blocking the event loop: same requests, same reading.
@@ -253,16 +243,15 @@ class CrewHook(BaseHook):
     async def _aread_status(
         self, shared: SharedConnection, kickoff_id: str, deadline: float | None
     ) -> CrewStatus:
+        from airflow_provider_crew.hooks.client.request import Call
         from airflow_provider_crew.hooks.client.response import read_status
 
         config = self._with_overrides(shared.config)
-        read = read_status(config, shared.headers, kickoff_id, conn_id=self._named_conn_id)
-        call = next(read)
-        try:
-            while True:
-                call = read.send(await self._asend(call, config, deadline=deadline))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        read = read_status(config, kickoff_id, headers=shared.headers, conn_id=self._named_conn_id)
+        step = next(read)
+        while isinstance(step, Call):
+            step = read.send(await self._asend(step, config, deadline=deadline))
+        return step
 
     def resume(
         self,
@@ -283,7 +272,7 @@ class CrewHook(BaseHook):
         """
         from airflow_provider_crew.models import ResumeRequest, ResumeResult
 
-        result: ResumeResult = self._post(
+        return self._post(
             "/resume",
             ResumeRequest,
             ResumeResult,
@@ -296,7 +285,6 @@ class CrewHook(BaseHook):
             step_webhook_url=step_webhook_url,
             crew_webhook_url=crew_webhook_url,
         )
-        return result
 
     def stop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:
         """``POST /stop/{kickoff_id}``: stop an execution (not in the contract; crewAI's hosted service

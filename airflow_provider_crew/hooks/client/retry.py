@@ -1,6 +1,6 @@
 """The retry policy: after each attempt of a request, wait and repeat it, take the answer, or fail.
 
-:func:`what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
+:func:`.response.what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
 :data:`GET_RULE` (every request a repeat cannot make act twice: a GET, a stop) say what the client
 does with it, and :meth:`RetryPolicy.decide` is the one place that acts on them. docs/reliability.md
 ("Paid requests: nothing sent twice") shows :data:`POST_RULE` and explains the budget, the limit,
@@ -11,52 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewError, CrewTransportError
-from airflow_provider_crew.hooks.client.limits import LAST_ATTEMPT_SECONDS, Limits
 from airflow_provider_crew.hooks.client.request import Call
-from airflow_provider_crew.hooks.client.response import Response
+from airflow_provider_crew.hooks.client.response import (
+    Came,
+    Response,
+    TransportFailure,
+    explain,
+    outcome_unknown,
+    unknown_reason,
+    what_came_back,
+)
+from airflow_provider_crew.hooks.client.transport import Limits
 
 log = logging.getLogger(__name__)
 
 # Longest Retry-After honoured as asked; a longer one is treated as this long.
 MAX_RETRY_AFTER_SECONDS = MAX_BACKOFF_SECONDS * 5
-
-
-class Came(str, enum.Enum):
-    """What an attempt brought back, in the words of docs/reliability.md's table."""
-
-    NOTHING = "nothing: connection refused, DNS failure, connect time-out"
-    REFUSED = "nothing: a TLS handshake refused (a certificate not verified, no shared protocol)"
-    TOO_MANY = "`429`"
-    SERVICE_BUSY = (
-        '`503` with `Retry-After`, or with the service\'s own JSON error (a string `"error"`, as in '
-        '`{"error": ..., "message": ...}`, or a framework\'s `"detail"`)'
-    )
-    # Gateways answer 503 themselves, without Retry-After, when the service's connection drops after
-    # they passed the request on: Envoy and Istio in plain text; AWS API Gateway, Kong, Azure API
-    # Management and ESPv2 in JSON with only a "message".
-    GATEWAY_BUSY = (
-        "`503` without either: a gateway's own (Envoy's \"upstream connect error or disconnect/reset "
-        'before headers", "no healthy upstream"; AWS API Gateway\'s, Kong\'s or Azure API '
-        'Management\'s JSON with only a `"message"`)'
-    )
-    GATEWAY_FAILED = "`502`, `504`"
-    SERVER_FAILED = "`500` or any other `5xx`"
-    LOST = (
-        "read time-out, connection reset or a TLS failure after sending (a corrupt record in the "
-        "answer), no whole answer in time"
-    )
-    ANSWER = "`2xx`, `3xx`, `4xx` other than `429`"
+# A request started at (or after) the caller's deadline still gets this long, so a wait can read
+# the status one last time; a trickling body then ends this long after the deadline at most.
+LAST_ATTEMPT_SECONDS = 1.0
 
 
 class Step(str, enum.Enum):
@@ -99,50 +82,6 @@ RETRIED_AFTER = {
     Came.GATEWAY_BUSY: "gateway",
     Came.GATEWAY_FAILED: "gateway",
 }
-
-
-@dataclass(slots=True)
-class TransportFailure:
-    """An attempt that got no answer: how far it got (:data:`Came.NOTHING`, :data:`Came.REFUSED` or
-    :data:`Came.LOST`), and why (for error messages)."""
-
-    came: Came
-    reason: str
-
-
-def is_service_error_body(response: Response) -> bool:
-    """Whether the body is the service's own JSON error (a string ``error`` or ``detail``), not a
-    gateway's text, HTML page or JSON ``{"message": ...}``."""
-    try:
-        body = json.loads(response.content)
-    except ValueError:
-        return False
-    return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "detail"))
-
-
-def what_came_back(outcome: Response | TransportFailure) -> Came:
-    """The row of the rules an attempt's outcome falls in."""
-    if isinstance(outcome, TransportFailure):
-        return outcome.came
-    code = outcome.status_code
-    if code < 500:
-        return Came.TOO_MANY if code == 429 else Came.ANSWER
-    if code == 503:
-        busy = "Retry-After" in outcome.headers or is_service_error_body(outcome)
-        return Came.SERVICE_BUSY if busy else Came.GATEWAY_BUSY
-    return Came.GATEWAY_FAILED if code in (502, 504) else Came.SERVER_FAILED
-
-
-def unknown_reason(outcome: Response | TransportFailure) -> str:
-    """Why a POST's outcome is unknown, for the error."""
-    if isinstance(outcome, TransportFailure):
-        return outcome.reason
-    code = outcome.status_code
-    if code == 503:
-        return "HTTP 503 without Retry-After or the service's error body: a gateway's own answer"
-    if code in (502, 504):
-        return f"HTTP {code} from a gateway"
-    return f"HTTP {code}: the service failed while handling it"
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -209,7 +148,7 @@ class RetryPolicy:
             assert isinstance(outcome, Response)
             return outcome
         if step is Step.NEVER_AGAIN:
-            return self.call.outcome_unknown(unknown_reason(outcome))
+            return outcome_unknown(self.call, unknown_reason(outcome))
         if isinstance(outcome, Response):
             delay, why = self.backoff(retry_after_seconds(outcome.headers)), f"answered {outcome.status_code}"
         else:
@@ -233,7 +172,8 @@ class RetryPolicy:
                 outcome, note=f"Gave up after {self.attempts} attempt(s) in {used:.0f} s: {stopped}."
             )
         return CrewTransportError(
-            self.call.explain(
+            explain(
+                self.call,
                 f"{self.call.endpoint} to {self.call.url} failed after {self.attempts} attempt(s): "
                 f"{outcome.reason}",
                 acted_on=False,

@@ -1,8 +1,15 @@
-"""One attempt of a request under its :class:`~.limits.Limits`: sync (``requests``) or async (``aiohttp``).
+"""One attempt of a request under its :class:`Limits`: sync (``requests``) or async (``aiohttp``).
 
 A task's calls go through :class:`SyncTransport`; the triggers' through :class:`AsyncTransport`,
-with one ``aiohttp`` session per event loop. Each reports the answer or how far it got before
-failing (:class:`~.retry.TransportFailure`); :mod:`.retry` decides what comes next.
+with one ``aiohttp`` session per event loop. Each follows only the redirects :func:`redirect_target`
+allows and reports the answer or how far it got before failing (:class:`~.response.TransportFailure`);
+:mod:`.retry` decides what comes next.
+
+Both hold an answer to the same :class:`Limits`, so a hostile service costs one request, never the
+triggerer that reads every DAG's waits (docs/reliability.md, "Hostile or broken services"). The HTTP
+libraries inflate gzip and deflate a bounded piece per read (urllib3 2.7 and aiohttp 3.13.3, the fixes
+for CVE-2025-66471, CVE-2026-44432 and CVE-2025-69223); :class:`BodyCap` counts the inflated bytes, so
+a gzip bomb costs at most the cap plus one piece.
 """
 
 from __future__ import annotations
@@ -11,13 +18,23 @@ import asyncio
 import http.client
 import time
 import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
-from airflow_provider_crew.hooks.client.limits import READ_CHUNK, BodyCap, Limits
-from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, redirect_target
-from airflow_provider_crew.hooks.client.request import Call
-from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.retry import Came, TransportFailure
+from airflow_provider_crew.connection import DEFAULT_PORTS
+from airflow_provider_crew.connection_form import CONN_FIELDS, HOST_LABEL
+from airflow_provider_crew.exceptions import CrewRedirectError, CrewResponseTooLargeError
+from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING, Call
+from airflow_provider_crew.hooks.client.response import (
+    Came,
+    Response,
+    TransportFailure,
+    explain,
+    setting,
+    unreadable,
+)
 
 if TYPE_CHECKING:
     # Imported where used: a DAG file that imports an operator or sensor needs them only when a
@@ -25,7 +42,12 @@ if TYPE_CHECKING:
     import aiohttp
     import requests
 
-
+# Largest piece read (and inflated) at once: a gzip bomb grows memory by at most the cap plus this.
+READ_CHUNK = 64 * 1024
+# What both libraries decode. Not "x-gzip": aiohttp passes it on undecoded, and it was not asked for.
+_DECODED = frozenset({"", "identity", "gzip", "deflate"})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
 # What OpenSSL says of a handshake it refused: a certificate or host name not verified, a peer that
 # does not speak TLS, or no protocol both ends share.
 TLS_HANDSHAKE_REFUSALS = (
@@ -35,6 +57,17 @@ TLS_HANDSHAKE_REFUSALS = (
     "unsupported protocol",
     "alert protocol version",
 )
+
+
+@dataclass(slots=True)
+class Limits:
+    """What one attempt may cost: time (seconds) and body size (bytes, after decompression)."""
+
+    connect_timeout: float
+    read_timeout: float
+    total: float
+    max_bytes: int
+    verify_tls: bool = True
 
 
 def over_time(limits: Limits) -> TransportFailure:
@@ -47,6 +80,101 @@ def failed(limits: Limits, started: float, came: Came, reason: str) -> Transport
     if time.monotonic() - started >= limits.total * 0.99:
         return over_time(limits)
     return TransportFailure(came, reason)
+
+
+# -- which redirects are followed, and how much of a body is read --------------------------------------
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(scheme)
+
+
+def redirect_target(call: Call, current_url: str, status_code: int, location: str | None, hops: int) -> str:
+    """The URL to follow a redirect to: only a GET's, only to the same scheme, host and port;
+    :class:`CrewRedirectError` (saying why) when the rule forbids it (docs/reliability.md)."""
+    target = urljoin(current_url, location) if location else None
+    if target is None:
+        problem = "a redirect without a Location"
+    elif _origin(target) != _origin(current_url):
+        problem = "a redirect to another origin ({}://{}:{})".format(*_origin(target))
+    elif not call.idempotent:
+        problem = f"a redirect of a {call.method}"
+    elif hops >= MAX_REDIRECTS:
+        problem = f"more than {MAX_REDIRECTS} redirects"
+    else:
+        return target
+    raise CrewRedirectError(
+        explain(
+            call,
+            f"{call.endpoint} answered {status_code}, {problem}, which the provider does not follow: "
+            "it follows only a GET to the same scheme, host and port, so the bearer token never "
+            "reaches another host and a kickoff or resume is never sent to a second place. Set "
+            f"{setting(call, f'{HOST_LABEL!r} (the host)')} to the address the service answers at.",
+            acted_on=False,
+        ),
+        endpoint=call.endpoint,
+        status_code=status_code,
+    )
+
+
+def describe_size(size: int) -> str:
+    """``33554432`` -> ``"32 MiB"``; exact bytes when not a round number of KiB/MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+def response_too_large(call: Call, limit: int) -> CrewResponseTooLargeError:
+    """The error for an answer whose body is over the cap."""
+    cap = f"{CONN_FIELDS['max_response_bytes']['label']!r} (extra 'max_response_bytes')"
+    return CrewResponseTooLargeError(
+        explain(
+            call,
+            f"{call.endpoint} answered with a body over {describe_size(limit)} (counted after "
+            "decompression). Reading stopped at that cap and the request was not repeated: a repeat "
+            "would read the same body. If the crew's answers really are this large, raise "
+            f"{setting(call, cap)}, now {limit}.",
+        ),
+        endpoint=call.endpoint,
+        limit=limit,
+    )
+
+
+class BodyCap:
+    """Collects one answer's body as the HTTP library decoded it, and stops at the cap."""
+
+    __slots__ = ("_call", "_max_bytes", "_parts", "_size")
+
+    def __init__(self, call: Call, status_code: int, headers: Mapping[str, str], max_bytes: int) -> None:
+        self._call = call
+        self._max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        encoding = (headers.get("Content-Encoding") or "").strip().lower()
+        if encoding not in _DECODED:  # the libraries would pass it on undecoded, or decode brotli
+            asked = (
+                f"Content-Encoding {encoding!r}, which was not asked for (Accept-Encoding: {ACCEPT_ENCODING})"
+            )
+            raise unreadable(call, status_code, asked)
+        # An honest Content-Length over the cap fails before a byte of the body is read.
+        declared = headers.get("Content-Length", "").strip()
+        if encoding in ("", "identity") and declared.isdigit() and int(declared) > max_bytes:
+            raise response_too_large(call, max_bytes)
+
+    def feed(self, data: bytes) -> None:
+        """Add a decoded piece of the body; raises once over the cap."""
+        self._size += len(data)
+        if self._size > self._max_bytes:
+            self._parts.clear()
+            raise response_too_large(self._call, self._max_bytes)
+        self._parts.append(data)
+
+    def finish(self) -> bytes:
+        """The whole body, decoded."""
+        return b"".join(self._parts)
 
 
 # -- sync: requests -------------------------------------------------------------------------------------
@@ -150,6 +278,9 @@ class SyncTransport:
         return Response(raw.status_code, raw.headers, body.finish())
 
 
+# -- async: aiohttp, the session shared per event loop ------------------------------------------------
+
+
 def classify_aiohttp_error(error: BaseException) -> Came:
     """How far a request got when ``aiohttp`` raised ``error``."""
     import aiohttp
@@ -159,9 +290,6 @@ def classify_aiohttp_error(error: BaseException) -> Came:
     if isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return Came.NOTHING
     return Came.LOST
-
-
-# -- async: aiohttp, the session shared per event loop ------------------------------------------------
 
 
 # One aiohttp session per event loop, shared by every trigger in a triggerer: measured here a

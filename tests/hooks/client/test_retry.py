@@ -13,16 +13,8 @@ import pytest
 from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewOutcomeUnknownError, CrewTransportError
 from airflow_provider_crew.hooks.client.request import Call, post_call
-from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.retry import (
-    GET_RULE,
-    POST_RULE,
-    Came,
-    RetryPolicy,
-    TransportFailure,
-    retry_after_seconds,
-    what_came_back,
-)
+from airflow_provider_crew.hooks.client.response import Came, Response, TransportFailure, what_came_back
+from airflow_provider_crew.hooks.client.retry import GET_RULE, POST_RULE, RetryPolicy, retry_after_seconds
 from airflow_provider_crew.hooks.crew import KICKOFF_IF_UNKNOWN
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"

@@ -27,12 +27,16 @@ from airflow_provider_crew.exceptions import (
     CrewResponseTooLargeError,
     CrewServerError,
 )
-from airflow_provider_crew.hooks.client.limits import Limits, describe_size
-from airflow_provider_crew.hooks.client.redirects import MAX_REDIRECTS, redirect_target
 from airflow_provider_crew.hooks.client.request import Call, post_call
-from airflow_provider_crew.hooks.client.response import Response
-from airflow_provider_crew.hooks.client.retry import Came, TransportFailure
-from airflow_provider_crew.hooks.client.transport import AsyncTransport, SyncTransport
+from airflow_provider_crew.hooks.client.response import Came, Response, TransportFailure
+from airflow_provider_crew.hooks.client.transport import (
+    MAX_REDIRECTS,
+    AsyncTransport,
+    Limits,
+    SyncTransport,
+    describe_size,
+    redirect_target,
+)
 from airflow_provider_crew.testing.faults import gzip_bomb_body
 from tests.conftest import close_shared_sessions
 
