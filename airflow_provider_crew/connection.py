@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlsplit
 
 from pydantic import (
-    AliasChoices,
-    AliasGenerator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -36,8 +36,6 @@ from airflow_provider_crew.connection_form import (
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
-
-    from airflow_provider_crew.exceptions import CrewConfigurationError
 
 
 class CrewConnectionError(ValueError):
@@ -77,8 +75,6 @@ class CrewConnectionConfig(BaseModel):
         frozen=True,
         allow_inf_nan=False,
         validate_default=True,
-        # An extra is read under its name or with the old form's prefix (extra__crew__read_timeout).
-        alias_generator=AliasGenerator(validation_alias=lambda name: AliasChoices(name, _PREFIX + name)),
     )
 
     base_url: str
@@ -144,7 +140,7 @@ class CrewConnectionConfig(BaseModel):
 
 def _message(error: ErrorDetails) -> str:
     """pydantic's error as the provider says it: the field, what it must be, the value read."""
-    name, kind = str(error["loc"][0]).removeprefix(_PREFIX), error["type"]
+    name, kind = str(error["loc"][0]), error["type"]
     if kind == "value_error":
         return str(error["ctx"]["error"])
     if name == "token":
@@ -249,35 +245,29 @@ def normalise_base_url(
 # -- read from an Airflow connection ------------------------------------------------------------------
 
 
-def extra_as_dict(raw: Any, *, invalid: str) -> dict[str, Any]:
-    """A connection's raw extra (JSON text, a dict or empty) as a dict, parsed without the masker;
-    ``invalid`` is the error's message when it is not a JSON object."""
+def connection_extra(connection: Any, *, invalid: str | None = None) -> dict[str, Any]:
+    """A connection's extra (JSON text, a dict or empty) as a dict, read without Airflow's ``extra_dejson``.
+
+    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
+    secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
+    (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
+    the connection; the one secret an extra read here holds, a ``crew`` extra's ``token``, is masked here.
+
+    :param invalid: The error when the extra is not a JSON object; by default one naming the connection.
+    """
     from airflow_provider_crew.exceptions import CrewConfigurationError
 
-    if not raw:
-        return {}
+    raw = connection.extra or {}
     try:
         extra = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         extra = None
     if not isinstance(extra, dict):
-        raise CrewConfigurationError(invalid)
-    return extra
-
-
-def connection_extra(connection: Any) -> dict[str, Any]:
-    """A connection's extra as a dict, read without Airflow's ``extra_dejson``.
-
-    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
-    secret as it's too short (<5 chars)" for any short string, secret or not: ``"true"``, ``"120"``
-    (the URI form makes every extra a string). Airflow masked the extra as a whole when it fetched
-    the connection; the one secret a ``crew`` extra can hold, ``token``, is masked here.
-    """
-    extra = extra_as_dict(
-        connection.extra,
-        invalid=f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
-        "empty for the defaults.",
-    )
+        raise CrewConfigurationError(
+            invalid
+            or f"Connection {connection.conn_id!r}: the extra is not a JSON object. Fix it, or leave it "
+            "empty for the defaults."
+        )
     for secret in (extra.get("token"), extra.get(_PREFIX + "token")):
         if secret and isinstance(secret, str):
             from airflow.providers.common.compat.sdk import mask_secret
@@ -303,11 +293,14 @@ def config_from_connection(
             f"Connection {conn_id!r} has type {connection.conn_type!r}; "
             f"the crew provider needs a connection of type {CONN_TYPE!r}."
         )
-    extra = {
-        key: value.strip() if isinstance(value, str) else value
-        for key, value in connection_extra(connection).items()
-    }
-    fields = {key: value for key, value in extra.items() if value not in (None, "")}
+    fields: dict[str, Any] = {}
+    # An extra is read under its name, else with the old form's prefix (extra__crew__read_timeout):
+    # the prefixed ones come first, so that a name without the prefix wins. Empty: the default.
+    extra = connection_extra(connection)
+    for key in sorted(extra, key=lambda key: not key.startswith(_PREFIX)):
+        value = extra[key].strip() if isinstance(extra[key], str) else extra[key]
+        if value not in (None, ""):
+            fields[key.removeprefix(_PREFIX)] = value
     try:
         fields["base_url"] = normalise_base_url(connection.host, port=connection.port, path=connection.schema)
         if connection.password and connection.password.strip():
@@ -329,18 +322,25 @@ def unread_extras(connection: Any) -> str | None:
 
     known = [*CONN_FIELDS, "token"]
     unread = []
-    for key in extra_as_dict(connection.extra, invalid=""):
+    for key in connection_extra(connection):
         if (name := key.removeprefix(_PREFIX)) not in known:
             close = difflib.get_close_matches(name, known, n=1)
             unread.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"Extras the crew provider does not read: {', '.join(unread)}." if unread else None
 
 
-def missing_connection(conn_id: str) -> CrewConfigurationError:
-    """The error for a connection not defined where this runs, with the ways to define it."""
+@contextmanager
+def defined_where_this_runs(conn_id: str) -> Iterator[None]:
+    """Around a lookup of ``conn_id``: Airflow's not-found error becomes one that says where to define
+    it (every lookup of the provider's, in a task, a trigger or the api-server, says the same)."""
+    from airflow_provider_crew._compat import AirflowNotFoundException
     from airflow_provider_crew.exceptions import CrewConfigurationError
 
-    return CrewConfigurationError(
-        f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
-        f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets backend."
-    )
+    try:
+        yield
+    except AirflowNotFoundException:
+        raise CrewConfigurationError(
+            f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
+            f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets "
+            "backend."
+        ) from None

@@ -19,20 +19,16 @@ if TYPE_CHECKING:
 
 
 def webhook_connection_extra(connection: Any, conn_id: str) -> dict[str, Any]:
-    """The webhook connection's extra as a dict, read without ``extra_dejson``.
-
-    ``extra_dejson`` hands every value to Airflow's secret masker, which logs "Skipping masking for a
-    secret as it's too short (<5 chars)" for any short value, secret or not (``"30"``, ``"true"``).
-    The only extra read here, ``strategy``, is no secret, and Airflow already masked the extra as a
-    whole when it fetched the connection.
+    """The webhook connection's extra as a dict, read as a crew connection's is
+    (:func:`~airflow_provider_crew.connection.connection_extra`); its one extra, ``strategy``, is no secret.
 
     :param connection: The Airflow connection.
     :param conn_id: Its id, for the error when the extra is not a JSON object.
     """
-    from airflow_provider_crew.connection import extra_as_dict
+    from airflow_provider_crew.connection import connection_extra
 
-    return extra_as_dict(
-        connection.extra,
+    return connection_extra(
+        connection,
         invalid=f"human_input_webhook_conn_id={conn_id!r}: the connection's extra is not a JSON object; "
         'use e.g. {"strategy": "bearer"} or leave it empty.',
     )
@@ -73,7 +69,10 @@ def human_input_webhook(
         from airflow_provider_crew.hooks.webhook_receiver import CrewWebhookReceiverHook
 
         return CrewWebhookReceiverHook(conn_id).human_input_address(*run)
-    connection = BaseHook.get_connection(conn_id)
+    from airflow_provider_crew.connection import defined_where_this_runs
+
+    with defined_where_this_runs(conn_id):
+        connection = BaseHook.get_connection(conn_id)
     url = url or connection.host
     if not url:
         raise CrewConfigurationError(

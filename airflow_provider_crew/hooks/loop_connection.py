@@ -9,7 +9,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_provider_crew._compat import AirflowNotFoundException, aget_connection
+from airflow_provider_crew._compat import aget_connection
 
 if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
@@ -68,15 +68,13 @@ async def shared_connection(
 async def _look_up(
     conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
 ) -> SharedConnection:
-    from airflow_provider_crew.connection import config_from_connection, missing_connection
+    from airflow_provider_crew.connection import config_from_connection, defined_where_this_runs
     from airflow_provider_crew.hooks.client.request import request_headers
 
     this = asyncio.current_task()
     try:
-        try:
+        with defined_where_this_runs(conn_id):
             connection = await aget_connection(conn_id)
-        except AirflowNotFoundException:
-            raise missing_connection(conn_id) from None
         config = config_from_connection(connection, conn_id)
     except BaseException:
         if connections.get(conn_id) is this:
