@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from airflow_provider_crew._compat import conf, stats_client
 
@@ -260,20 +260,26 @@ def current_task_tags() -> dict[str, str]:
         return {}
 
 
-def review_round(tags: Mapping[str, str], given: Mapping[str, Any] | None, asked_at: float | None) -> None:
-    """A review round's answer (``given``: the round's answer record; None when nobody answered in
-    time), and how long the person took from the request ``asked_at`` (epoch seconds)."""
-    if given is None or given.get("timed_out"):
+class ReviewedAnswer(TypedDict):
+    """What the review metrics read of a reviewer's answer (a review round's answer is one)."""
+
+    is_approve: bool
+    timed_out: bool  # nobody answered in time: the default answer was taken
+    responded_at: str | None  # ISO 8601
+
+
+def review_round(tags: Mapping[str, str], given: ReviewedAnswer | None, asked_at: float | None) -> None:
+    """A review round's answer (``given``; None when nobody answered in time), and how long the person
+    took from the request ``asked_at`` (epoch seconds)."""
+    if given is None or given["timed_out"]:
         count("crew.review.round", **tags, answer="timed_out")
         return
-    count("crew.review.round", **tags, answer="approved" if given.get("is_approve") else "feedback")
-    responded_at = given.get("responded_at")
+    count("crew.review.round", **tags, answer="approved" if given["is_approve"] else "feedback")
+    responded_at = given["responded_at"]
     if asked_at is None or not responded_at:
         return
     try:
-        answered = (
-            responded_at if isinstance(responded_at, datetime) else datetime.fromisoformat(responded_at)
-        )
+        answered = datetime.fromisoformat(responded_at)
     except (TypeError, ValueError):
         return
     timing("crew.review.response_time", max(0.0, answered.timestamp() - asked_at) * 1000, **tags)
@@ -310,6 +316,7 @@ __all__ = [
     "BY_NAME",
     "METRICS",
     "Metric",
+    "ReviewedAnswer",
     "count",
     "current_task_tags",
     "milliseconds_since",

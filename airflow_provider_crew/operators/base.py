@@ -27,6 +27,43 @@ if TYPE_CHECKING:
 WEBHOOK_PARAMETERS = ("task_webhook_url", "step_webhook_url", "crew_webhook_url")
 
 
+class CrewTaskParameters:
+    """The texts of the parameters crew tasks share, each written once: every crew task has this class
+    among its bases, and its docstring names the ones it takes, saying only what differs for it.
+    docs/api.md shows each once ("The same words on every task"). The wait's own parameters are
+    :class:`~airflow_provider_crew.operators.wait.CrewWaitMixin`'s, the stop's and the budget's
+    :class:`~airflow_provider_crew.operators.wait_stop.CrewStopMixin`'s.
+
+    :param crew_conn_id: The ``crew`` connection: base URL and bearer token. A task that follows an
+        execution takes the connection it was started with.
+    :param on_human_input: What the wait does when the execution pauses for human input:
+        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``
+        for a review downstream; ``"fail"`` fails the task without retry (the execution stays
+        paused); ``"wait"`` keeps waiting for someone to resume it outside this task.
+    :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task and,
+        unless ``stop_crew=False``, stops the execution.
+    :param openlineage_include_values: With the OpenLineage provider installed, also send the
+        output, and the input values of a task given ``inputs``, to lineage backends. Off by default,
+        since they may be private; the input names, the state, the progress and the token usage are
+        always sent (docs/lineage.md).
+    :param task_webhook_url: URL the service calls after each crew task (http or https).
+    :param step_webhook_url: URL the service calls after each agent step.
+    :param crew_webhook_url: URL the service calls when the execution completes.
+    :param human_input_webhook_url: URL where the service announces a pause for human input; needs
+        ``human_input_webhook_conn_id``. Without it, the connection's host is the URL. Crew tasks
+        that ask for human input pause only when the kickoff gives a human-input webhook; otherwise
+        they run through.
+    :param human_input_webhook_conn_id: Connection holding the credential the service must send to
+        the human-input webhook: password alone = bearer token; login and password = basic auth;
+        extra ``{"strategy": "bearer"}`` or ``"basic"`` overrides that guess. Any connection type
+        works (``generic`` is built into Airflow); only host, login, password and extra are read.
+    :param kickoff_task_id: The task that started the execution, whose XCom this task reads:
+        ``kicked_off_at`` (404 answers count as "queued" for a while after it) and ``webhooks`` (the
+        addresses a resume sends again). Found from ``kickoff_id`` when that is the kickoff's XComArg
+        (``kickoff.output``).
+    """
+
+
 def default_deferrable() -> bool:
     """The deployment-wide default for ``deferrable``, read the way Airflow's own operators read it."""
     return conf.getboolean("operators", "default_deferrable", fallback=False)

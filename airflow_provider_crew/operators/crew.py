@@ -15,7 +15,6 @@ from airflow_provider_crew.exceptions import (
     CrewError,
     CrewKickoffNotRecordedError,
     CrewNotFoundError,
-    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.hooks.human_input import check_pause_webhook, human_input_webhook
@@ -23,6 +22,7 @@ from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
+    CrewTaskParameters,
     check_webhook_parameter,
     default_deferrable,
     is_template_or_xcom,
@@ -30,7 +30,7 @@ from airflow_provider_crew.operators.base import (
     refuse_own_crew_webhook,
     try_number,
 )
-from airflow_provider_crew.operators.paid_post import PaidPost
+from airflow_provider_crew.operators.paid_post import PaidPost, stopped_while_sending
 from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from airflow_provider_crew.models import HumanInputWebhook
 
 
-class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
+class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, BaseOperator):
     """
     Start an execution of a deployed crew (``POST /kickoff``) and, by default, wait for it.
 
@@ -75,38 +75,19 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     without credentials. The human-input webhook gets a credential, which comes from an Airflow
     connection so that none sits in DAG code.
 
-    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
-    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+    The parameters crew tasks share mean the same on each, as docs/api.md says once ("The same words
+    on every task"): ``crew_conn_id``, the webhook addresses (``task_webhook_url``, ``step_webhook_url``,
+    ``crew_webhook_url``, ``human_input_webhook_url``, ``human_input_webhook_conn_id``),
+    ``on_human_input``, ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``timeout``,
+    ``openlineage_include_values``, ``stop_crew``.
 
     :param inputs: The crew's inputs, a mapping of input name to value. It may be an XComArg or
         come from ``.expand()``.
-    :param crew_conn_id: The ``crew`` connection: base URL and bearer token.
     :param meta: Free-form metadata the service passes to the crew and echoes in every webhook.
-    :param task_webhook_url: URL the service calls after each crew task (http or https).
-    :param step_webhook_url: URL the service calls after each agent step.
-    :param crew_webhook_url: URL the service calls when the execution completes.
-    :param human_input_webhook_url: URL where the service announces a pause for human input; needs
-        ``human_input_webhook_conn_id``. Without it, the connection's host is the URL. Crew tasks
-        that ask for human input pause only when the kickoff gives a human-input webhook; otherwise
-        they run through.
-    :param human_input_webhook_conn_id: Connection holding the credential the service must send to
-        the human-input webhook: password alone = bearer token; login and password = basic auth;
-        extra ``{"strategy": "bearer"}`` or ``"basic"`` overrides that guess. Any connection type
-        works (``generic`` is built into Airflow); only host, login, password and extra are read.
     :param validate_inputs: Read ``GET /inputs`` first and fail, before starting anything, naming
         missing and unknown keys.
     :param wait_for_completion: Wait for the execution to finish (or pause, see ``on_human_input``).
         ``False`` returns right after the kickoff; wait with ``CrewStatusSensor`` instead.
-    :param on_human_input: What the wait does when the execution pauses for human input:
-        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``
-        for a review downstream; ``"fail"`` fails the task without retry (the execution stays
-        paused); ``"wait"`` keeps waiting for someone to resume it outside this task.
-    :param timeout: How long to wait, in seconds or as a timedelta. Passing it fails the task and,
-        unless ``stop_crew=False``, stops the execution.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send the
-        input values and the output to lineage backends. Off by default, since they may be
-        private; the input names, the state, the progress and the token usage are always sent
-        (docs/lineage.md).
 
     :xcom return_value:
     :xcom kickoff_id: The kickoff id, pushed right after the kickoff, before any waiting.
@@ -372,12 +353,13 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         if earlier["state"] == "claimed":
             # The earlier try was stopped during POST /kickoff (or its outcome was unknown): an execution
             # may be running. Nothing tells it from a request that never arrived, so none is started.
-            raise CrewOutcomeUnknownError(
-                f"Try {earlier.get('try_number', '?')} of this task set out to start a crew execution and "
-                "was stopped before it recorded the execution's id: the service may have started one, which "
-                f"then runs unclaimed (look for it at the service, meta {self.meta or {}}). This retry "
-                "starts none, so that nothing is started twice; it fails without retry. Clear the task to "
-                "start a new execution."
+            raise stopped_while_sending(
+                earlier,
+                set_out_to="start a crew execution",
+                unrecorded="the execution's id",
+                unknown="the service may have started one, which then runs unclaimed (look for it at the "
+                f"service, meta {self.meta or {}}).",
+                fix="Clear the task to start a new execution.",
             )
         kickoff_id = earlier["kickoff_id"]
         # Published again as kicked_off_at (a new try starts with no XCom): waits downstream count their

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowFailException, task_state_store
-from airflow_provider_crew.exceptions import CrewError
+from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -100,6 +100,26 @@ def claim_refused(request: str, error: BaseException) -> CrewError:
         f"{request} was not sent: Airflow refused to keep its record for a retry ({error}). Airflow no "
         "longer runs this try (it failed or reset it, e.g. apache/airflow#72716), so this try sends "
         "nothing; a retry sends it once."
+    )
+
+
+def stopped_while_sending(
+    claim: Mapping[str, Any], *, set_out_to: str, unrecorded: str, unknown: str, fix: str
+) -> CrewOutcomeUnknownError:
+    """The error of a retry that finds an earlier try's claim ("claimed": that try was stopped during its
+    paid POST, or its outcome was unknown). The service may have acted on it and nothing tells, so the
+    retry sends nothing and fails without retry.
+
+    :param claim: The claim, as :meth:`PaidPost.earlier` reads it (the try's number).
+    :param set_out_to: What that try set out to do, e.g. "start a crew execution".
+    :param unrecorded: What it did not record, e.g. "the execution's id".
+    :param unknown: What may have happened since, and where to look.
+    :param fix: What the user does next.
+    """
+    return CrewOutcomeUnknownError(
+        f"Try {claim.get('try_number', '?')} of this task set out to {set_out_to} and was stopped before it "
+        f"recorded {unrecorded}: {unknown} This retry sends nothing, so that nothing is applied twice; it "
+        f"fails without retry. {fix}"
     )
 
 
@@ -224,4 +244,4 @@ class PaidPost:
                 pause = min(pause * 2, 15.0)
 
 
-__all__ = ["PaidPost", "RetryRecords", "claim_refused", "sent_nothing"]
+__all__ = ["PaidPost", "RetryRecords", "claim_refused", "sent_nothing", "stopped_while_sending"]

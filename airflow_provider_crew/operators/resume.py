@@ -12,13 +12,13 @@ from airflow_provider_crew.exceptions import (
     CrewConfigurationError,
     CrewError,
     CrewExecutionNotPausedError,
-    CrewOutcomeUnknownError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
     WEBHOOK_PARAMETERS,
+    CrewTaskParameters,
     check_webhook_parameter,
     checked_kickoff_id,
     default_deferrable,
@@ -31,7 +31,7 @@ from airflow_provider_crew.operators.base import (
     upstream_task_id,
     why_answer_is_outdated,
 )
-from airflow_provider_crew.operators.paid_post import PaidPost
+from airflow_provider_crew.operators.paid_post import PaidPost, stopped_while_sending
 from airflow_provider_crew.operators.wait import (
     DEFAULT_TIMEOUT,
     CrewWaitMixin,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
+class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, BaseOperator):
     """
     Send human feedback to an execution paused in Pending Human Input (``POST /resume``).
 
@@ -68,8 +68,10 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     read: the execution moved on from the pause the feedback is about, found in the upstream task's
     XCom ``human_input``).
 
-    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
-    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+    The parameters crew tasks share mean the same on each, as docs/api.md says once ("The same words
+    on every task"): ``crew_conn_id``, the webhook addresses (``task_webhook_url``, ``step_webhook_url``,
+    ``crew_webhook_url``), ``kickoff_task_id``, ``on_human_input``, ``deferrable``, ``poll_interval``,
+    ``max_poll_interval``, ``timeout``, ``openlineage_include_values``, ``stop_crew``.
 
     :param kickoff_id: Required. The execution to resume: the kickoff id, usually
         ``kickoff.output``. The contract's ``/resume`` calls it ``execution_id``.
@@ -80,23 +82,9 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
     :param is_approve: ``True`` to approve and continue; ``False`` to have the task redone with
         the feedback. May be a template: it renders as text, and ``True``/``False`` (any case)
         count as booleans; anything else fails at task start, naming the value.
-    :param crew_conn_id: The ``crew`` connection.
-    :param task_webhook_url: Task-completion webhook to use after the resume.
-    :param step_webhook_url: Agent-step webhook to use after the resume.
-    :param crew_webhook_url: Crew-completion webhook to use after the resume.
     :param carry_over_webhooks: Send again the kickoff's webhook URLs that are not given here.
-    :param kickoff_task_id: The kickoff task whose webhook URLs to carry over; found from
-        ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
     :param wait_for_completion: Wait for the execution to finish (or pause again, see
         ``on_human_input``). ``False`` returns right after ``POST /resume``.
-    :param on_human_input: What the wait does when the execution pauses for human input again:
-        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
-        ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
-        waiting for someone to resume it.
-    :param timeout: How long to wait, in seconds or as a timedelta.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send the output
-        to lineage backends. Off by default, since it may be private; the state, the progress and the
-        token usage are always sent (docs/lineage.md).
 
     :xcom return_value:
     :xcom kickoff_id: The kickoff id.
@@ -261,13 +249,14 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
         answered_output = self._answered_output(context, execution_id, crew_task_id)
         if paused_here and answered_output is None:
             if kept is not None:  # claimed: that try was stopped during its POST /resume
-                raise CrewOutcomeUnknownError(
-                    f"Try {kept.get('try_number', '?')} of this task set out to send this feedback to crew "
-                    f"execution {execution_id} and was stopped before it recorded the answer. The execution "
-                    f"waits on task {crew_task_id!r} again, which may be the redo after that feedback: which "
-                    "output the feedback is about is unknown (no XCom human_input upstream). This retry "
-                    "sends nothing, so that the feedback is not applied twice; it fails without retry. "
-                    "Check the execution, then clear this task to send the feedback."
+                raise stopped_while_sending(
+                    kept,
+                    set_out_to=f"send this feedback to crew execution {execution_id}",
+                    unrecorded="the answer",
+                    unknown=f"the execution waits on task {crew_task_id!r} again, which may be the redo "
+                    "after that feedback, and which output the feedback is about is unknown (no XCom "
+                    "human_input upstream).",
+                    fix="Check the execution, then clear this task to send the feedback.",
                 )
             self.log.warning(
                 "Crew execution %s waits on task %r, and which output this feedback is about is unknown (no "

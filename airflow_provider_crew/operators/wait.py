@@ -96,7 +96,7 @@ class CrewWaitMixin(CrewStopMixin):
     ``crew_execution`` is what the task followed and how its wait ended: the "Crew execution" link
     and the OpenLineage facets read it, in the task's own process.
 
-    The texts of the parameters every crew task shares (docs/api.md shows them once):
+    The texts of the wait's parameters every crew task shares (the others: ``CrewTaskParameters``):
 
     :param deferrable: Wait in the triggerer instead of holding a worker slot. The default is
         Airflow's ``[operators] default_deferrable``.

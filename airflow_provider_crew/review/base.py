@@ -11,7 +11,12 @@ from airflow_provider_crew._compat import BaseOperator, require_human_in_the_loo
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
-from airflow_provider_crew.operators.base import checked_kickoff_id, required_kickoff_id, upstream_task_id
+from airflow_provider_crew.operators.base import (
+    CrewTaskParameters,
+    checked_kickoff_id,
+    required_kickoff_id,
+    upstream_task_id,
+)
 from airflow_provider_crew.operators.wait import DEFAULT_TIMEOUT, CrewWaitMixin
 from airflow_provider_crew.operators.wait_stop import BUDGET_TEMPLATE_FIELDS, checked_stop_crew
 from airflow_provider_crew.review.record import RoundRecord, is_round_record
@@ -27,18 +32,15 @@ NEEDS_3_1 = (
 )
 
 
-class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, BaseOperator):
+class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, BaseOperator):
     """
     What rounds and the result share: the execution, the connection, the polling settings, the
-    "Crew execution" link and the lineage facets. The wait's parameters are :class:`CrewWaitMixin`'s.
+    "Crew execution" link and the lineage facets. The texts of the parameters every crew task shares
+    are :class:`CrewTaskParameters`' and :class:`CrewWaitMixin`'s.
 
     :param kickoff_id: The execution under review (templated), usually ``kickoff.output``.
     :param round_task_ids: Task ids of every round of the group, in order.
-    :param crew_conn_id: The ``crew`` connection the execution was started with.
     :param inputs: The crew's inputs, shown to the reviewer (templated; optional).
-    :param timeout: Longest wait for the execution to pause or finish.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send input values
-        and the output in lineage events (off: they may be private).
     """
 
     template_fields: Sequence[str] = ("kickoff_id", "inputs", *BUDGET_TEMPLATE_FIELDS)

@@ -10,9 +10,11 @@ resumes it: no race, no hold); the round then starts as a new task instance and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import TaskGroup, chain
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from airflow.sdk.bases.notifier import BaseNotifier
 
 DEFAULT_MAX_ROUNDS = 3
+#: One ``:param`` text of a docstring (the provider's are indented by 4, their continuations by 8).
+PARAM_TEXT = re.compile(r"^    :param (\w+):.*\n(?:        .*\n)*", re.MULTILINE)
+Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 class CrewReviewGroup(TaskGroup):
@@ -48,6 +53,20 @@ class CrewReviewGroup(TaskGroup):
         return self.result_task.output
 
 
+def _texts_of_the_rounds(function: Function) -> Function:
+    """``function`` with, for each parameter it passes on to every round as it is, the ``:param`` text of
+    the round's class or a base (each text is written once, where the task that takes it is; the nearest
+    wins), in the signature's order with ``function``'s own: docs/api.md reads them there."""
+    texts: dict[str, str] = {}
+    for each in (*reversed(CrewReviewRoundOperator.__mro__), function):
+        texts.update((found[1], found[0]) for found in PARAM_TEXT.finditer(each.__doc__ or ""))
+    prose = PARAM_TEXT.sub("", function.__doc__ or "").rstrip(" ")
+    names = inspect.signature(function).parameters
+    function.__doc__ = prose + "".join(texts[name] for name in names if name in texts)
+    return function
+
+
+@_texts_of_the_rounds
 def crew_human_review(
     *,
     kickoff_id: str | Any,
@@ -81,33 +100,13 @@ def crew_human_review(
     Returns :class:`CrewReviewGroup`, which wires like any task group; its ``output`` is the kickoff
     id, ``output["result"]`` the final output, ``output["review_history"]`` every round's record.
 
-    :param kickoff_id: The execution to review (templated), usually ``kickoff.output``.
     :param group_id: The task group's id.
     :param max_rounds: How many requests at most (each "Request changes" uses one round).
-    :param crew_conn_id: The ``crew`` connection the execution was started with.
-    :param inputs: The crew's inputs, shown to the reviewer (templated; optional).
-    :param subject: Headline of each request; ``{task}`` is replaced by the paused crew task.
-    :param assigned_users: Who may answer (``{"id": ..., "name": ...}`` or a list).
-    :param notifiers: Notifiers called when a round writes its request.
-    :param response_timeout: How long each round waits for an answer.
-    :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer (needs a
-        ``response_timeout``).
-    :param task_webhook_url: Task-completion webhook to send with every resume.
-    :param step_webhook_url: Agent-step webhook to send with every resume.
-    :param crew_webhook_url: Crew-completion webhook to send with every resume.
-    :param carry_over_webhooks: Re-send the kickoff's webhook addresses at every resume.
-    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over.
-    :param poll_interval: Seconds before the first status poll; later intervals grow with jitter
-        up to ``max_poll_interval``.
-    :param max_poll_interval: Longest interval between status polls, in seconds.
-    :param timeout: Longest wait for each pause and for the end.
     :param retries: Retries of each task. A round that fails before its answer was applied asks
         again on its retry; one that applied its answer follows the execution.
     :param retry_delay: How soon a retry runs. Short, because a failed round leaves a reviewer
         waiting: on Airflow 3.3 an answer given within seconds of the request can get the round
         failed by Airflow (docs/human-review.md), and the retry asks again.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send input values
-        and outputs in the lineage events of the group's tasks.
     :param stop_crew: As on every crew task, and also when a round's ``response_timeout`` passes
         without ``approve_on_timeout`` (nobody will answer that pause). ``None`` (the review owns the
         wait) stops the execution; ``False`` leaves it running (paused, to resume by hand).

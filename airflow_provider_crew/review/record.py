@@ -1,19 +1,27 @@
 """A review round's records: what it asked (:class:`ReviewRequest`), what came of it
-(:class:`RoundRecord`), and what it keeps for a retry (:class:`RoundRetry`). The records are typed
-dicts: their JSON form is the XCom value docs/human-review.md documents.
+(:class:`RoundRecord`, built once by :meth:`Answered.record`), and what it keeps for a retry
+(:class:`RoundRetry`). The records are typed dicts: their JSON form is the XCom value
+docs/human-review.md documents.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
+from airflow_provider_crew import metrics
 from airflow_provider_crew.operators.paid_post import PaidPost
 from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from airflow.sdk import Context
+
+    from airflow_provider_crew.models import ResumeResult
 
 
 class ReviewRequest(TypedDict):
@@ -29,15 +37,13 @@ class ReviewRequest(TypedDict):
     asked_at: float  # epoch seconds
 
 
-class ReviewAnswer(TypedDict):
-    """A reviewer's answer, as a round records it."""
+class ReviewAnswer(metrics.ReviewedAnswer):
+    """A reviewer's answer, as a round records it (``is_approve``, ``timed_out`` and ``responded_at``:
+    what the metrics read of it)."""
 
     answer: str
-    is_approve: bool
     feedback: str
     responded_by: Mapping[str, Any] | None
-    responded_at: Any
-    timed_out: bool
 
 
 class SendOutcome(TypedDict, total=False):
@@ -56,6 +62,36 @@ class RoundRecord(ReviewAnswer, SendOutcome):
     crew_task: str | None
     output: str | None
     applied: bool
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A pause a round asked about and the reviewer's answer: the one owner of the round's record."""
+
+    round: int
+    crew_task_id: str
+    asked: Mapping[str, Any]  # the round's request (ReviewRequest); {} when its XCom is gone
+    given: ReviewAnswer
+    #: What the record says was sent: the feedback for the crew, or the reviewer's words when none is.
+    feedback: str
+
+    def record(self, applied: bool, **came_of_it: Unpack[SendOutcome]) -> RoundRecord:
+        """The round's record, built once what came of the answer is known (its keys in the order the
+        XCom value has always had them)."""
+        return {
+            "round": self.round,
+            "crew_task_id": self.crew_task_id,
+            "crew_task": self.asked.get("crew_task"),
+            "output": self.asked.get("output"),
+            **self.given,
+            "feedback": self.feedback,
+            "applied": applied,
+            **came_of_it,
+        }
+
+    def applied(self, result: ResumeResult) -> RoundRecord:
+        """The record of an answer the crew took, with the service's answer to the resume."""
+        return self.record(True, resume_status=result.status.value, resume_message=result.message)
 
 
 def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
@@ -89,6 +125,7 @@ class RoundRetry:
 
     def __init__(self, context: Context, kickoff_id: str, task: Any) -> None:
         self.kickoff_id = kickoff_id
+        self.ti = context["ti"]
         self.round_number = task.round_number
         self.log = task.log
         #: The record of this round's ``POST /resume`` to the execution (kept ``timeout`` and a week).
@@ -110,33 +147,35 @@ class RoundRetry:
             return False
         return kept is not None and asked_about(self.kickoff_id, status).items() <= kept.items()
 
-    def first_to_count(self, given: Mapping[str, Any] | None) -> bool:
-        """Whether this try is the first to count this answer (``None``: nobody answered) in the
-        metrics: a retry that collects the answer an earlier try took does not count it again.
+    def count(self, given: ReviewAnswer | None, asked_at: float | None) -> None:
+        """Count this answer (``None``: nobody answered) in the metrics, asked at ``asked_at``, unless an
+        earlier try did: a retry that collects the answer an earlier try took does not count it again.
 
         Not when the record cannot be written: on 3.3 that is a try Airflow has already ended (the
         answer landed before the scheduler handled the parking, apache/airflow#72716: "Task instance
         not found"), whose retry collects the answer and counts it.
         """
-        taken = str(given.get("responded_at")) if given else "nobody answered"
+        taken = str(given["responded_at"]) if given else "nobody answered"
         try:
             kept = self.resume.records.get(COUNTED_RECORD_KEY)
             if kept is not None and kept.get("answer") == taken:
-                return False
+                return
             self.resume.records.set(COUNTED_RECORD_KEY, {"answer": taken})
         except Exception as error:
             self.log.warning("Round %d's answer is not counted here: %s", self.round_number, error)
-            return False
-        return True
+            return
+        metrics.review_round(self.resume.task, given, asked_at)
 
-    def applied_by_earlier_try(self) -> tuple[RoundRecord, ReviewRequest | None] | None:
-        """The round's record and the request it answered, when an earlier try of this run sent its
-        answer to this execution. The request is kept for the retry's XCom: Airflow clears a task's
-        XComs when a new try starts."""
+    def applied_by_earlier_try(self) -> RoundRecord | None:
+        """The round's record, when an earlier try of this run sent its answer to this execution; the
+        request it answered is pushed to XCom ``review_request`` again (Airflow clears a task's XComs
+        when a new try starts)."""
         kept = self.resume.earlier() or {}
         record = kept.get("record")
         if not isinstance(record, dict):
             return None
+        if kept.get("request") is not None:
+            self.ti.xcom_push(key=XCOM_REVIEW_REQUEST, value=kept["request"])
         if kept.get("state") == "claimed":
             # The try ended between claiming and confirming: the answer may have reached the crew.
             # Sending it again could apply it twice; a crew left paused is asked about by the next round.
@@ -148,10 +187,11 @@ class RoundRetry:
             record.get("answer"),
             self.kickoff_id,
         )
-        return record, kept.get("request")  # type: ignore[return-value]
+        return record  # type: ignore[return-value]
 
 
 __all__ = [
+    "Answered",
     "ReviewAnswer",
     "ReviewRequest",
     "RoundRecord",

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import airflow_provider_crew.review.answer as answer
 import airflow_provider_crew.review.request as request
-from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowSkipException
 from airflow_provider_crew.exceptions import (
     CrewBadRequestError,
@@ -33,7 +32,7 @@ from airflow_provider_crew.operators.base import (
     why_answer_is_outdated,
 )
 from airflow_provider_crew.review.base import ReviewTaskBase
-from airflow_provider_crew.review.record import ReviewRequest, RoundRecord, RoundRetry
+from airflow_provider_crew.review.record import Answered, ReviewRequest, RoundRecord, RoundRetry
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
@@ -42,8 +41,6 @@ from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST, XCOM_STATUS,
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.bases.notifier import BaseNotifier
-
-    from airflow_provider_crew.models import ResumeResult
 
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
@@ -68,12 +65,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         ``approve_on_timeout``, stops the execution (``stop_crew``) or leaves it paused.
     :param approve_on_timeout: Approve when ``response_timeout`` passes without an answer (needs a
         ``response_timeout``).
-    :param task_webhook_url: Task-completion webhook to send with the resume.
-    :param step_webhook_url: Agent-step webhook to send with the resume.
-    :param crew_webhook_url: Crew-completion webhook to send with the resume.
     :param carry_over_webhooks: Re-send the kickoff's webhook addresses at resume (docs/contract.md).
-    :param kickoff_task_id: The kickoff task whose webhook addresses to carry over; found from
-        ``kickoff_id=kickoff.output`` when not given.
 
     :xcom return_value: This round's record (:class:`~.record.RoundRecord`; docs/human-review.md
         lists its keys); none when the round is skipped.
@@ -141,10 +133,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         kept = RoundRetry(context, kickoff_id, self)
         applied = kept.applied_by_earlier_try()
         if applied is not None:
-            record, asked = applied
-            if asked is not None:
-                context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=asked)
-            return record
+            return applied
         # Usually over at the first read (the sensor before the round saw the pause); else _wait defers.
         result = self._wait(context, kickoff_id, wait_for=WaitFor.HUMAN_INPUT, timeout=self.timeout)
         return self._on_crew_result(context, kept, result)
@@ -268,8 +257,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 response_timeout=self.response_timeout,
             )
         except CrewReviewTimeoutError:
-            if kept.first_to_count(None):
-                metrics.review_round(metrics.task_tags(ti), None, asked.get("asked_at"))
+            kept.count(None, asked.get("asked_at"))
             if not self._stops_crew():
                 raise  # the execution stays paused, for a later answer
             came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.REVIEW_TIMEOUT, context)
@@ -279,81 +267,62 @@ class CrewReviewRoundOperator(ReviewTaskBase):
                 f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
                 "stop_crew=False to crew_human_review."
             ) from None
-        if kept.first_to_count(given):
-            metrics.review_round(metrics.task_tags(ti), given, asked.get("asked_at"))
-        record: RoundRecord = {
-            "round": self.round_number,
-            "crew_task_id": crew_task_id,
-            "crew_task": asked.get("crew_task"),
-            "output": asked.get("output"),
-            **given,
-            "applied": False,
-        }
-        if not given["is_approve"]:
-            if not given["feedback"].strip():
-                return self._not_sent(
-                    record, "Changes were requested without feedback, so nothing was sent to the crew."
-                )
-            if self.round_number == len(self.round_task_ids):
-                self._not_sent(record, "Changes were requested in the last review round.")
-                raise CrewReviewRoundsExhaustedError(
-                    f"All {len(self.round_task_ids)} review rounds are used and round {self.round_number} "
-                    f"asked for changes: crew execution {kickoff_id} stays paused on task "
-                    f"{record['crew_task'] or crew_task_id!r}, the feedback was not sent. To go on, "
-                    "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
-                )
-        record["feedback"] = answer.feedback_for_crew(given, self.response_timeout)
-        return self._send(context, kept, record, asked)
+        kept.count(given, asked.get("asked_at"))
+        unsent = not given["is_approve"] and not given["feedback"].strip()
+        feedback = given["feedback"] if unsent else answer.feedback_for_crew(given, self.response_timeout)
+        about = Answered(self.round_number, crew_task_id, asked, given, feedback)
+        if unsent:
+            return self._not_sent(
+                about, "Changes were requested without feedback, so nothing was sent to the crew."
+            )
+        if not given["is_approve"] and self.round_number == len(self.round_task_ids):
+            self._not_sent(about, "Changes were requested in the last review round.")
+            raise CrewReviewRoundsExhaustedError(
+                f"All {len(self.round_task_ids)} review rounds are used and round {self.round_number} "
+                f"asked for changes: crew execution {kickoff_id} stays paused on task "
+                f"{asked.get('crew_task') or crew_task_id!r}, the feedback was not sent. To go on, "
+                "raise max_rounds and clear this task, or resume the execution with CrewResumeOperator."
+            )
+        return self._send(context, kept, about)
 
-    def _send(
-        self, context: Context, kept: RoundRetry, record: RoundRecord, asked: ReviewRequest | dict[str, Any]
-    ) -> RoundRecord:
-        """Resume the execution with the answer (recorded in ``kept.resume`` with the request ``asked``),
-        unless it no longer waits on the reviewed output; ``record`` is returned marked applied, or with
-        a note why not."""
-        kickoff_id, crew_task_id, output = kept.kickoff_id, record["crew_task_id"], record["output"]
+    def _send(self, context: Context, kept: RoundRetry, about: Answered) -> RoundRecord:
+        """Resume the execution with the answer (recorded in ``kept.resume`` with the request it answers),
+        unless it no longer waits on the reviewed output; the round's record says which."""
+        kickoff_id, crew_task_id, output = kept.kickoff_id, about.crew_task_id, about.asked.get("output")
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
         moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
         if moved_on:
-            return self._not_sent(record, moved_on)
+            return self._not_sent(about, moved_on)
         refuse_own_crew_webhook(self, hook.config)
         self._refuse_over_budget(hook, kickoff_id)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
+        request = about.asked or None
         try:
             result = kept.resume.send(
                 lambda: hook.resume(
-                    kickoff_id, crew_task_id, record["feedback"], record["is_approve"], **webhooks
+                    kickoff_id, crew_task_id, about.feedback, about.given["is_approve"], **webhooks
                 ),
-                claim={"record": {**record, "applied": True}, "request": asked or None},
-                sent=lambda result: {"record": self._applied(record, result), "request": asked or None},
+                claim={"record": about.record(True), "request": request},
+                sent=lambda result: {"record": about.applied(result), "request": request},
             )
         except CrewBadRequestError as error:
             return self._not_sent(
-                record, f"The crew did not accept the answer: {error.service_message or error}"
+                about, f"The crew did not accept the answer: {error.service_message or error}"
             )
         self.log.info(
             "Round %d: %s by %s; crew execution %s %s.",
             self.round_number,
-            record["answer"],
-            (record["responded_by"] or {}).get("name", "nobody (time-out default)"),
+            about.given["answer"],
+            (about.given["responded_by"] or {}).get("name", "nobody (time-out default)"),
             kickoff_id,
             result.status.value,
         )
         self._let_stale_pause_pass(hook, kickoff_id, crew_task_id, output)
-        return record
+        return about.applied(result)
 
-    @staticmethod
-    def _applied(record: RoundRecord, result: ResumeResult) -> RoundRecord:
-        """The round's record marked applied, with the service's answer to the resume."""
-        record.update(
-            {"applied": True, "resume_status": result.status.value, "resume_message": result.message}
-        )
-        return record
-
-    def _not_sent(self, record: RoundRecord, why: str) -> RoundRecord:
-        record["note"] = why
+    def _not_sent(self, about: Answered, why: str) -> RoundRecord:
         self.log.warning("Round %d: the answer was not applied. %s", self.round_number, why)
-        return record
+        return about.record(False, note=why)
 
     def _moved_on(self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None) -> str | None:
         """Why the answer must not be sent, when the execution no longer waits on the reviewed output."""

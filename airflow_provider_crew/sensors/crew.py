@@ -16,6 +16,7 @@ from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.links.crew import CrewExecutionLink
 from airflow_provider_crew.openlineage import CrewOpenLineageMixin
 from airflow_provider_crew.operators.base import (
+    CrewTaskParameters,
     checked_kickoff_id,
     default_deferrable,
     required_kickoff_id,
@@ -58,7 +59,7 @@ def one_poll_interval(poll_interval: timedelta | float, poke_interval: timedelta
     return poke
 
 
-class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
+class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, BaseSensorOperator):
     """
     Wait for a crew execution to finish, or to pause for human input.
 
@@ -69,33 +70,25 @@ class CrewStatusSensor(CrewOpenLineageMixin, CrewWaitMixin, BaseSensorOperator):
     crew task, with the same defaults (24 hours, 2 s). Like every crew task, the sensor returns the
     kickoff id; the final output is XCom ``result`` (``sensor.output["result"]``).
 
-    The parameters every crew task shares mean the same on each, as docs/api.md says once ("The same
-    words on every task"): ``deferrable``, ``poll_interval``, ``max_poll_interval``, ``stop_crew``.
+    The parameters crew tasks share mean the same on each, as docs/api.md says once ("The same words
+    on every task"): ``crew_conn_id``, ``kickoff_task_id``, ``on_human_input``, ``deferrable``,
+    ``openlineage_include_values``, ``stop_crew``; ``poll_interval``, ``max_poll_interval`` and
+    ``timeout`` too, with what a sensor adds to them below.
 
     :param kickoff_id: The execution to watch: the kickoff id, usually ``kickoff.output``.
-    :param crew_conn_id: The ``crew`` connection the execution was started with.
-    :param on_human_input: What the wait does when the execution pauses for human input:
-        ``"return"`` ends the task successfully and pushes the paused task to XCom ``human_input``;
-        ``"fail"`` fails the task without retry (the execution stays paused); ``"wait"`` keeps
-        waiting for someone to resume it.
     :param poll_interval: Seconds before the first status poll; later intervals grow with jitter up
         to ``max_poll_interval`` (in poke and reschedule mode, the seconds between pokes). Airflow's
         ``poke_interval`` is another name for it here: give one of them.
     :param max_poll_interval: Longest interval between status polls, in seconds (deferrable; in poke
         and reschedule mode Airflow spaces the pokes ``poll_interval`` apart, growing them only with
         its ``exponential_backoff``).
-    :param timeout: How long to wait, in seconds or as a timedelta (Airflow's sensor ``timeout``).
+    :param timeout: How long to wait, in seconds or as a timedelta: Airflow's sensor ``timeout``.
         Passing it fails the task (``soft_fail`` skips it); the execution is stopped only with
         ``stop_crew=True``.
     :param not_found_grace: Seconds after the kickoff during which a 404 counts as "queued", as
         long as the service has not answered for the execution yet (docs/contract.md, "404 right
         after kickoff").
-    :param kickoff_task_id: The kickoff task whose XCom ``kicked_off_at`` gives the kickoff time;
-        found from ``kickoff_id`` when that is the kickoff's XComArg (``kickoff.output``).
     :param poke_interval: Airflow's name for ``poll_interval`` on sensors; give one of the two.
-    :param openlineage_include_values: With the OpenLineage provider installed, also send the
-        output to lineage backends. Off by default, since it may be private; the state, the
-        progress and the token usage are always sent (docs/lineage.md).
 
     :xcom return_value:
     :xcom result:

@@ -457,10 +457,17 @@ API_OTHERS = (
 )
 # Where the function's names are imported from in DAG code (its package names it).
 IMPORT_HOME = {"airflow_provider_crew.review.group": "airflow_provider_crew.review"}
-# The parameters every waiting task shares: one meaning, one default.
+# The parameters crew tasks share (operators/base.py: CrewTaskParameters, and the wait's): one
+# meaning, one default.
 SHARED_PARAMETERS = (
     "kickoff_id",
+    "kickoff_task_id",
     "crew_conn_id",
+    "task_webhook_url",
+    "step_webhook_url",
+    "crew_webhook_url",
+    "human_input_webhook_url",
+    "human_input_webhook_conn_id",
     "wait_for_completion",
     "on_human_input",
     "deferrable",
@@ -622,7 +629,7 @@ def api_page() -> str:
         if ref is None:
             continue
         shared_xcom = {key: text for key, text in _xcom_values(tasks[:3]).items() if key in SHARED_XCOM}
-        ref = _pointing_to_shared(ref, meanings, shared_xcom) if path in API_TASKS else ref
+        ref = _pointing_to_shared(ref, meanings, shared_xcom)
         lines += [f"## {ref.name}", "", "```python", _import_line(path), "```", "", markdown(ref)]
     lines += ["## Errors", "", "```python", "from airflow_provider_crew import exceptions", "```", ""]
     lines += ["| Error | Fails without retry | Meaning |", "|---|---|---|"]

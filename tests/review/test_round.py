@@ -785,21 +785,30 @@ def test_an_answer_is_counted_once_in_the_metrics_also_when_a_retry_collects_it(
     the round again in ``crew.review.round``; a new answer, or one without a store (before 3.3), is counted."""
     store = FakeStateStore()
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    counted: list[object] = []
+    monkeypatch.setattr(review_record.metrics, "review_round", lambda *args: counted.append(args))
+
+    def counts(kept: review_record.RoundRetry, given: Any) -> bool:
+        before = len(counted)
+        kept.count(given, 1767225600.0)
+        return len(counted) > before
+
     op = round_operator()
-    given = {"is_approve": True, "responded_at": "2026-01-01T00:01:30+00:00"}
+    given = {"is_approve": True, "timed_out": False, "responded_at": "2026-01-01T00:01:30+00:00"}
     first, retry = (
         review_record.RoundRetry(context(FakeTI("round_1", try_number=n)), "k-1", op) for n in (1, 2)
     )
-    assert first.first_to_count(given)
-    assert not retry.first_to_count(given)
-    assert retry.first_to_count({**given, "responded_at": "2026-01-01T00:02:00+00:00"})
-    assert first.first_to_count(None) and not retry.first_to_count(None)
+    assert counts(first, given)
+    assert counted == [({"task_id": "round_1"}, given, 1767225600.0)]
+    assert not counts(retry, given)
+    assert counts(retry, {**given, "responded_at": "2026-01-01T00:02:00+00:00"})
+    assert counts(first, None) and not counts(retry, None)
 
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: None)
     no_store = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
-    assert no_store.first_to_count(given) and no_store.first_to_count(given)
+    assert counts(no_store, given) and counts(no_store, given)
 
     # A try Airflow already ended (the answer landed before the parking was handled): its retry counts.
     monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
     ended = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
-    assert not ended.first_to_count(given)
+    assert not counts(ended, given)
