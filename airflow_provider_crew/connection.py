@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from airflow_provider_crew.connection_form import (
@@ -91,6 +92,9 @@ class CrewConnectionConfig(BaseModel):
     stop_executions: bool = _extra("stop_executions")
     wake_by_webhook: bool = _extra("wake_by_webhook")
     safety_poll_interval: Annotated[float, _NOT_A_BOOL] = _extra("safety_poll_interval")
+    event_stream: bool = _extra("event_stream")
+    event_stream_realtime: bool = _extra("event_stream_realtime")
+    event_stream_content: bool = _extra("event_stream_content")
     execution_url_template: str | None = _extra("execution_url_template")
     max_usage: Annotated[int | None, _NOT_A_BOOL] = _extra("max_usage")
     max_cost: Annotated[float | None, _NOT_A_BOOL] = _extra("max_cost")
@@ -131,6 +135,16 @@ class CrewConnectionConfig(BaseModel):
         example = f"https://app.example.com/executions/{KICKOFF_ID_PLACEHOLDER}"
         raise CrewConnectionError(f"{_named('execution_url_template')} {problem}. Write e.g. {example}.")
 
+    @model_validator(mode="after")
+    def _check_event_stream(self) -> CrewConnectionConfig:
+        """The event stream is delivered to the wake's receiver: without the wake, nothing would hear it."""
+        if self.event_stream and not self.wake_by_webhook:
+            raise CrewConnectionError(
+                f"{_named('event_stream')} needs {_named('wake_by_webhook')}: the events reach Airflow "
+                "through the same receiver. Turn both on, or the event stream off."
+            )
+        return self
+
     def execution_url(self, kickoff_id: str) -> str | None:
         """The execution's page in the crew's dashboard, or None when no template is set."""
         if not self.execution_url_template:
@@ -140,9 +154,10 @@ class CrewConnectionConfig(BaseModel):
 
 def _message(error: ErrorDetails) -> str:
     """pydantic's error as the provider says it: the field, what it must be, the value read."""
-    name, kind = str(error["loc"][0]), error["type"]
-    if kind == "value_error":
+    kind = error["type"]
+    if kind == "value_error":  # the validators' own errors (a field's, or the model's, without a loc)
         return str(error["ctx"]["error"])
+    name = str(error["loc"][0])
     if name == "token":
         return (
             f"'{TOKEN_LABEL}' (the connection's password) is empty. "

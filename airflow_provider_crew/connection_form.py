@@ -119,6 +119,26 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "revocations, which the crew announces by no webhook.",
         "schema": {"type": ["number", "null"], "minimum": 1, "default": 300},
     },
+    # The crew's event stream (docs/webhook-wake.md, "The event stream"): it rides on the wake's receiver.
+    "event_stream": {
+        "label": "Hear the crew's event stream",
+        "description": "With webhook wake: each kickoff subscribes to the crew's events (the service's "
+        "webhooks object). A failed crew then ends its wait within seconds, model calls count toward the "
+        "budget between status reads, and the Crew tab shows the task, agent, model and tool calls at work.",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
+    "event_stream_realtime": {
+        "label": "Events one by one",
+        "description": "Ask the service to post each event alone, as it happens, instead of in batches. "
+        "The service says this slows the crew; batches are seconds apart.",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
+    "event_stream_content": {
+        "label": "Keep model responses",
+        "description": "Keep the text of model responses with the events, shown on the Crew tab. Off: only "
+        "models, token counts and tool names are kept, since a crew's prompts and answers may be private.",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
     # What one execution may spend (docs/howto/budget.rst): a task's max_tokens and max_cost override
     # these. The token cap is "max_usage": a key holding "token" would be masked (above).
     "max_usage": {

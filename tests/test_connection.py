@@ -160,6 +160,11 @@ def test_http_to_another_machine_is_refused_with_the_rule(host):
         ),
         ({"extra": {"safety_poll_interval": 0}}, "(extra 'safety_poll_interval') must be 1 or more, got 0."),
         (
+            {"extra": {"event_stream": True}},
+            "'Hear the crew's event stream' (extra 'event_stream') needs 'Wake waits by webhook' (extra "
+            "'wake_by_webhook'): the events reach Airflow through the same receiver.",
+        ),
+        (
             {"extra": {"connect_timeout": "soon"}},
             "(extra 'connect_timeout') must be a number of seconds, got 'soon'",
         ),
@@ -394,3 +399,13 @@ def test_hook_wraps_configuration_errors_as_crew_configuration_error(crew_conn):
     crew_conn(host="https://crew.example.test", read_timeout=-5)
     with pytest.raises(CrewConfigurationError, match=r"\(extra 'read_timeout'\) must be 0 or more, got -5"):
         CrewHook().config  # noqa: B018
+
+
+def test_the_event_stream_rides_on_the_wake_and_is_off_by_default():
+    assert (config().event_stream, config().event_stream_realtime, config().event_stream_content) == (
+        False,
+        False,
+        False,
+    )
+    streaming = config(extra={"wake_by_webhook": True, "event_stream": True, "event_stream_realtime": "yes"})
+    assert (streaming.event_stream, streaming.event_stream_realtime) == (True, True)
