@@ -28,32 +28,58 @@ REPO = Path(__file__).resolve().parents[1]
 #: Each private name, and where the provider uses it (module: function). docs/architecture.md's table
 #: names every one of them.
 PRIVATE_APIS: dict[str, str] = {
-    "airflow.models.trigger.handle_event_submit": "plugins/webhook_app.py: apply_wake, internals_missing",
+    "airflow.models.trigger.handle_event_submit": (
+        "plugins/airflow_db.py: submit_event, wake_internals_missing (for plugins/webhook_app.py: apply_wake, "
+        "create_app)"
+    ),
     "airflow.models.taskinstance.TaskInstance": (
-        "plugins/webhook_app.py: find_waits, apply_wake; plugins/stop_listener.py: abandoned_wait, "
-        "still_as_set; plugins/crew_views_data.py: task_view, _window, _review_request; "
+        "plugins/airflow_db.py: task_instance_model, task_instance, task_instance_now, deferred_waits, "
+        "lock_deferred, claim_deferred, run_xcoms (for plugins/webhook_app.py: find_waits, apply_wake; "
+        "plugins/stop_listener.py: still_as_set; plugins/crew_views_data.py: task_view, _window, "
+        "_review_request); its rows' columns read in plugins/stop_listener.py: abandoned_wait, "
         "plugins/crew_views_live.py: following"
     ),
     "airflow.models.trigger.Trigger": (
-        "plugins/webhook_app.py: find_waits, apply_wake; plugins/stop_listener.py: abandoned_wait; "
-        "plugins/crew_views_live.py: following"
+        "plugins/airflow_db.py: trigger_row, deferred_waits (for plugins/webhook_app.py: find_waits, "
+        "apply_wake; plugins/stop_listener.py: abandoned_wait; plugins/crew_views_live.py: following)"
     ),
     "airflow.models.xcom.XComModel": (
-        "plugins/crew_views_data.py: _xcom_value, _task_xcoms, _review_request, _window"
+        "plugins/airflow_db.py: xcom_model, xcom_decoder, task_xcoms, run_xcoms, of_task_instance (for "
+        "plugins/crew_views_data.py: _xcom_value, _task_xcoms, _review_request, _window)"
     ),
-    "airflow.models.renderedtifields.RenderedTaskInstanceFields": "plugins/crew_views_data.py: _rendered_fields",
-    "airflow.models.dagrun.DagRun": "plugins/crew_views_data.py: _window",
-    "airflow.models.dag.DagModel.get_team_name": "plugins/crew_views.py: _may_read_task_instances",
-    "airflow.models.serialized_dag.SerializedDagModel": "plugins/crew_views_live.py: _version_tasks",
-    "airflow.models.connection.Connection.get_connection_from_secrets": "plugins/webhook_app.py: ReceiverKeys._read",
+    "airflow.models.xcom.XComModel.set": (
+        "plugins/airflow_db.py: set_task_xcom, lock_task_instance, run_key_xcoms (for "
+        "plugins/event_receiver.py: add_events; plugins/crew_views_events.py: crew_activity)"
+    ),
+    "airflow.models.renderedtifields.RenderedTaskInstanceFields": (
+        "plugins/airflow_db.py: rendered_fields, of_task_instance (for plugins/crew_views_data.py: task_view)"
+    ),
+    "airflow.models.dagrun.DagRun": "plugins/airflow_db.py: dag_run_model (for plugins/crew_views_data.py: _window)",
+    "airflow.models.dag.DagModel.get_team_name": (
+        "plugins/airflow_db.py: may_read_task_instances (for plugins/crew_views.py's /api routes)"
+    ),
+    "airflow.models.serialized_dag.SerializedDagModel": (
+        "plugins/airflow_db.py: serialized_dag (for plugins/crew_views_live.py: _version_tasks)"
+    ),
+    "airflow.models.connection.Connection.get_connection_from_secrets": (
+        "plugins/airflow_db.py: connection (for plugins/webhook_app.py: ReceiverKeys._read)"
+    ),
     "airflow.utils.session.create_session": (
-        "plugins/webhook_app.py, plugins/stop_listener.py, plugins/crew_views_data.py"
+        "plugins/airflow_db.py: session (for plugins/webhook_app.py, plugins/stop_listener.py, "
+        "plugins/crew_views_data.py)"
     ),
-    "airflow.utils.sqlalchemy.with_row_locks": "plugins/webhook_app.py: apply_wake",
-    "airflow.utils.state.TaskInstanceState": "plugins/webhook_app.py: find_waits, apply_wake",
-    "airflow.api_fastapi.core_api.security.get_user": "plugins/crew_views.py: UserDep",
+    "airflow.utils.sqlalchemy.with_row_locks": (
+        "plugins/airflow_db.py: lock_deferred (for plugins/webhook_app.py: apply_wake)"
+    ),
+    "airflow.utils.state.TaskInstanceState": (
+        "plugins/airflow_db.py: deferred_waits, lock_deferred, claim_deferred (for plugins/webhook_app.py)"
+    ),
+    "airflow.api_fastapi.core_api.security.get_user": (
+        "plugins/airflow_db.py: user_dependency (for plugins/crew_views.py: UserDep)"
+    ),
     "airflow.api_fastapi.app.get_auth_manager": (
-        "plugins/crew_views.py: _may_read_task_instances, _readable_dags"
+        "plugins/airflow_db.py: may_read_task_instances, readable_dag_ids (for plugins/crew_views.py's /api "
+        "routes)"
     ),
     "airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS": (
         "_compat.py: running_in_process_test, warm_execution_api"
@@ -61,22 +87,28 @@ PRIVATE_APIS: dict[str, str] = {
     "airflow.sdk.execution_time.task_runner.RuntimeTaskInstance.get_task_states": (
         "_compat.py: task_instance_state"
     ),
-    "RuntimeTaskInstance._ti_context_from_server": "links/crew.py: resumed",
-    "BaseOperator._post_execute_hook": "operators/wait.py: CrewWaitMixin._trigger_success_outcomes",
-    "airflow.sdk.bases.decorator._TaskDecorator": "decorators/crew.py: _CrewTaskDecorator",
-    "airflow.sdk.definitions.xcom_arg.PlainXComArg": "waiting/xcom.py: _crew_xcom_arg_class (CrewXComArg)",
+    "RuntimeTaskInstance._ti_context_from_server": "_compat.py: resumed_after_deferral (for links/crew.py: resumed)",
+    "BaseOperator._post_execute_hook": (
+        "_compat.py: has_post_execute (for operators/wait.py: CrewWaitMixin._trigger_success_outcomes)"
+    ),
+    "airflow.sdk.bases.decorator._TaskDecorator": "_compat.py: TaskDecoratorBase (for decorators/crew.py)",
+    "airflow.sdk.definitions.xcom_arg.PlainXComArg": (
+        "_compat.py: PlainXComArg (for waiting/xcom.py: _crew_xcom_arg_class, CrewXComArg)"
+    ),
     "airflow.sdk.definitions.mappedoperator.OperatorPartial._expand": (
-        "waiting/xcom.py: crew_partial, _crew_mapping_classes (__class__ assignment); "
-        "operators/wait.py: CrewWaitMixin.partial"
+        "_compat.py: OperatorPartial (for waiting/xcom.py: crew_partial, _crew_mapping_classes, __class__ "
+        "assignment; operators/wait.py: CrewWaitMixin.partial)"
     ),
     "BaseOperator.get_serialized_fields": "operators/wait.py: CrewWaitMixin.get_serialized_fields",
     "BaseOperator.resume_execution": (
         "operators/wait.py: CrewWaitMixin.resume_execution; decorators/crew.py: "
         "_CrewDecoratedOperator.resume_execution"
     ),
-    "airflow.sdk.execution_time.xcom.XCom": "triggers/crew.py: push_xcoms",
-    "airflow.sdk.execution_time.hitl.upsert_hitl_detail": "review/answer.py: ask",
-    "airflow.sdk.definitions.param": "_compat.py: hitl_params; review/answer.py: answer_form",
+    "airflow.sdk.execution_time.xcom.XCom": (
+        "triggers/crew.py: push_xcoms, through common-compat's XCom (public; the same object)"
+    ),
+    "airflow.sdk.execution_time.hitl.upsert_hitl_detail": "_compat.py: upsert_hitl_detail (for review/answer.py: ask)",
+    "airflow.sdk.definitions.param": "_compat.py: hitl_params (ParamsDict); review/answer.py takes Param from common-compat",
     "airflow._shared.observability.metrics.stats": "_compat.py: stats_client (_STATS_CLIENTS)",
     "get_listener_manager().hook": "_compat.py: task_success_listeners",
     "api-server listeners on a user's mark": "plugins/stop_listener.py: StopListener, _on_state_set",
@@ -155,9 +187,10 @@ def test_handle_event_submit():
     assert getattr(trigger_module, "TRIGGER_FAIL_REPR", None) == "__fail__", changed(
         name, "no longer marks an event it cannot store with next_method '__fail__'"
     )
-    from airflow_provider_crew.plugins.webhook_app import internals_missing
+    from airflow_provider_crew.plugins.airflow_db import wake_internals_missing
 
-    assert internals_missing() is None, changed(name, f"fails the plugin's own probe: {internals_missing()}")
+    missing = wake_internals_missing()
+    assert missing is None, changed(name, f"fails the plugin's own probe: {missing}")
 
 
 def test_task_instance_orm_columns():
@@ -192,34 +225,64 @@ def test_trigger_orm_columns():
     )
 
 
+def of_attempt_or_task_instance(name: str, model: Any, names: set[str]) -> str:
+    """Which rows of ``model`` the door reads as a task instance's, checked against the model's shape:
+    the attempt's (``task_instance_id``, 3.4) or its dag, run, task and map index (3.0-3.3)."""
+    from airflow_provider_crew.plugins import airflow_db
+
+    per_attempt = "task_instance_id" in names
+    by_task = {"dag_id", "run_id", "task_id", "map_index"} <= names
+    assert per_attempt or by_task, changed(
+        name, f"has neither task_instance_id nor dag_id, run_id, task_id, map_index ({sorted(names)})"
+    )
+    clause = str(airflow_db.of_task_instance(model, airflow_db.task_instance_model()))
+    assert ("task_instance_id" in clause) is per_attempt, changed(
+        name,
+        f"is read by the wrong columns for its shape ({clause}): plugins/airflow_db.py: of_task_instance",
+    )
+    return clause
+
+
 def test_xcom_model_columns_and_decoding():
-    """The Crew tab and the Crews page read a task instance's XComs by its dag, run, task and map index:
-    one row per key while XCom rows belong to those four (3.0-3.3), not to an attempt (3.4)."""
+    """The Crew tab and the Crews page read a task instance's XComs: by its attempt where Airflow keeps
+    them per attempt (3.4), else by its dag, run, task and map index (one row per key, 3.0-3.3)."""
     name = "airflow.models.xcom.XComModel"
     model = attribute(imported("airflow.models.xcom", name), "XComModel", name)
+    from airflow_provider_crew.plugins import airflow_db
+
+    assert airflow_db.xcom_model() is model, changed(name, "is not what plugins/airflow_db.py reads")
+    # The Crews page selects and filters the four columns on every release (3.4's projection has them).
     read = {"dag_id", "run_id", "task_id", "map_index", "key", "value", "timestamp"}
     names = orm_names(model)
     assert read <= names, changed(name, f"has no column {sorted(read - names)}")
-    assert model.deserialize_value(SimpleNamespace(value={"a": [1, 2]})) == {"a": [1, 2]}, changed(
+    of_attempt_or_task_instance(name, model, names)
+    assert airflow_db.xcom_decoder()(SimpleNamespace(value={"a": [1, 2]})) == {"a": [1, 2]}, changed(
         name, "deserialize_value no longer decodes a row's JSON value"
     )
-    assert "task_instance_id" not in names, changed(
-        name,
-        "keeps XComs per task attempt (task_instance_id): a read by dag, run, task and map index also "
-        "finds an earlier try's values; filter on XComModel.task_instance_id == ti.id",
-    )
+
+
+def test_xcom_model_set_takes_what_the_event_receiver_passes():
+    """The api-server keeps a task instance's events as its XCom ``crew_events`` (the event stream)."""
+    name = "airflow.models.xcom.XComModel.set"
+    model = attribute(imported("airflow.models.xcom", name), "XComModel", name)
+    setter = attribute(model, "set", name)
+    passed = ("key", "value", "dag_id", "task_id", "run_id", "map_index", "session")
+    assert not not_taking(setter, *passed), changed(name, f"changed ({inspect.signature(setter)})")
 
 
 def test_rendered_task_instance_fields_columns():
+    """Read by the task instance's attempt on 3.4 (``rtif_v2``, keyed by ``task_instance_id``), by its
+    dag, run, task and map index before."""
     name = "airflow.models.renderedtifields.RenderedTaskInstanceFields"
     model = attribute(imported("airflow.models.renderedtifields", name), "RenderedTaskInstanceFields", name)
-    read = {"rendered_fields", "dag_id", "run_id", "task_id", "map_index"}
-    names = orm_names(model)
-    assert read <= names, changed(
-        name,
-        f"has no column {sorted(read - names)} (rendered fields are kept per attempt: read them by the "
-        "task instance's id, RenderedTaskInstanceFields.get_for_attempt(ti.id))",
+    from airflow_provider_crew.plugins import airflow_db
+
+    assert airflow_db.rendered_fields_model() is model, changed(
+        name, "is not what plugins/airflow_db.py reads"
     )
+    names = orm_names(model)
+    assert "rendered_fields" in names, changed(name, "has no column rendered_fields")
+    of_attempt_or_task_instance(name, model, names)
 
 
 def test_dag_run_columns():

@@ -12,15 +12,15 @@ import asyncio
 from importlib import resources
 from typing import Annotated, Any
 
-from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.plugins import crew_views_data as data
 
 # Airflow's own dependency finds the user (the bearer token, else the UI's token cookie): 401 without
 # a token, 403 for an invalid one. Airflow 3.1+: the plugin mounts this app there only.
-UserDep = Annotated[Any, Depends(get_user)]
+UserDep = Annotated[Any, Depends(airflow_db.user_dependency())]
 
 TAB_PATH = "/task-instance/{dag_id}/{run_id}/{task_id}/{map_index}"
 #: The longest window the Crews page reads.
@@ -41,26 +41,6 @@ def _map_index(raw: str) -> int:
         return -1
 
 
-def _may_read_task_instances(user: Any, dag_id: str | None) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-    from airflow.models.dag import DagModel
-
-    # With the DAG's team, as Airflow's own routes ask (requires_access_dag): in a multi-team
-    # deployment an auth manager refuses another team's DAG only when it is told the team.
-    team_name = DagModel.get_team_name(dag_id) if dag_id else None
-    details = DagDetails(id=dag_id, team_name=team_name)
-    return get_auth_manager().is_authorized_dag(
-        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
-    )
-
-
-def _readable_dags(user: Any) -> set[str]:
-    from airflow.api_fastapi.app import get_auth_manager
-
-    return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
-
-
 def create_app() -> FastAPI:
     """The app of the Crew tab and the Crews page."""
     app = FastAPI(title="Crew views", docs_url=None, redoc_url=None, openapi_url=None)
@@ -77,7 +57,7 @@ def create_app() -> FastAPI:
     async def task_instance(
         dag_id: str, run_id: str, task_id: str, map_index: str, user: UserDep
     ) -> JSONResponse:
-        if not await asyncio.to_thread(_may_read_task_instances, user, dag_id):
+        if not await asyncio.to_thread(airflow_db.may_read_task_instances, user, dag_id):
             raise HTTPException(403, "Forbidden: you may not read this DAG's task instances.")
         view = await asyncio.to_thread(data.task_view, dag_id, run_id, task_id, _map_index(map_index))
         if not view["found"]:
@@ -90,9 +70,9 @@ def create_app() -> FastAPI:
         days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 7,
         show: Annotated[str, Query(pattern="^(all|running|waiting)$")] = "all",
     ) -> JSONResponse:
-        if not await asyncio.to_thread(_may_read_task_instances, user, None):
+        if not await asyncio.to_thread(airflow_db.may_read_task_instances, user, None):
             raise HTTPException(403, "Forbidden: you may not read task instances.")
-        dag_ids = await asyncio.to_thread(_readable_dags, user)
+        dag_ids = await asyncio.to_thread(airflow_db.readable_dag_ids, user)
         view = await asyncio.to_thread(data.crews_view, days, dag_ids, show)
         return JSONResponse(view, headers=_NO_STORE)
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.waiting.rules import grown_interval
 
 if TYPE_CHECKING:
@@ -57,15 +58,11 @@ _VERSIONS: dict[Any, dict[str, tuple[dict[str, Any], Any]]] = {}
 def _version_tasks(session: Any, dag_version_id: Any) -> dict[str, tuple[dict[str, Any], Any]]:
     if dag_version_id in _VERSIONS:
         return _VERSIONS[dag_version_id]
-    from airflow.models.serialized_dag import SerializedDagModel
-    from sqlalchemy import select
-
-    query = select(SerializedDagModel).where(SerializedDagModel.dag_version_id == dag_version_id)
-    serialized = session.scalars(query.limit(1)).first()
-    if serialized is None:
+    dag = airflow_db.serialized_dag(session, dag_version_id)
+    if dag is None:
         return {}
     tasks = {}
-    for task in serialized.dag.task_dict.values():  # Airflow's own deserialization
+    for task in dag.task_dict.values():  # Airflow's own deserialization
         partial = getattr(task, "partial_kwargs", None)  # a mapped task's, with its expand input
         if isinstance(partial, dict):
             fields = {name: partial[name] for name in _SETTING_NAMES if name in partial}
@@ -105,8 +102,6 @@ def expanded_value(expand_input: Any, name: str, map_index: int) -> tuple[bool, 
 
 def following(session: Any, ti: Any) -> Following:
     """The connection, the wait's poll interval now (seconds) and a deferred wait's kickoff id."""
-    from airflow.models.trigger import Trigger
-
     fields, expand_input = _version_tasks(session, ti.dag_version_id).get(ti.task_id, ({}, None))
     mapped, value = expanded_value(expand_input, "crew_conn_id", ti.map_index)
     conn_id = fields.get("crew_conn_id") or (value if mapped else "crew_default")
@@ -114,7 +109,7 @@ def following(session: Any, ti: Any) -> Following:
     longest = _number(fields.get("max_poll_interval")) or first
     kickoff_id = None
     if ti.trigger_id is not None:
-        trigger = session.get(Trigger, ti.trigger_id)
+        trigger = airflow_db.trigger_row(session, ti.trigger_id)
         kwargs = trigger.kwargs if trigger is not None and "CrewStatusTrigger" in trigger.classpath else {}
         conn_id = kwargs.get("crew_conn_id") or conn_id
         first = _number(kwargs.get("poll_interval")) or first

@@ -45,6 +45,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import WaitFor
 
@@ -80,16 +81,18 @@ def abandoned_wait(task_instance: Any, session: Any) -> AbandonedWait | None:
     or nothing to stop (``stop_crew`` off, past its deadline, a state that keeps a reader).
 
     :param task_instance: Airflow's ORM task instance, its new state set.
-    :param session: The session it was set in (the trigger is read in the same transaction).
+    :param session: The session it was set in (the trigger is read in the same transaction, without
+        flushing the user's change).
     """
     trigger_id = getattr(task_instance, "trigger_id", None)
     if trigger_id is None:
         return None
-    from airflow.models.trigger import Trigger
-
     from airflow_provider_crew.triggers.crew import CrewStatusTrigger
 
-    trigger = session.get(Trigger, trigger_id)
+    # Read without autoflush: a flush here would send the user's new state to the database now and hold
+    # its row lock for the rest of the request; the request's own commit flushes it, as without us.
+    with session.no_autoflush:
+        trigger = airflow_db.trigger_row(session, trigger_id)
     classpath = f"{CrewStatusTrigger.__module__}.{CrewStatusTrigger.__qualname__}"
     if trigger is None or trigger.classpath != classpath:
         return None
@@ -114,22 +117,10 @@ def abandoned_wait(task_instance: Any, session: Any) -> AbandonedWait | None:
 
 def still_as_set(wait: AbandonedWait) -> bool:
     """Whether the task instance keeps the state (told by its stop reason) and the try the user left."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        ti = session.scalar(
-            select(TaskInstance).where(
-                TaskInstance.dag_id == wait.dag_id,
-                TaskInstance.run_id == wait.run_id,
-                TaskInstance.task_id == wait.task_id,
-                TaskInstance.map_index == wait.map_index,
-            )
-        )
-        if ti is None or ti.try_number != wait.try_number:
-            return False
-        return stopping.reason_for_state(ti.state, deferred=True) == wait.reason
+    now = airflow_db.task_instance_now(wait.dag_id, wait.run_id, wait.task_id, wait.map_index)
+    if now is None or now[1] != wait.try_number:
+        return False
+    return stopping.reason_for_state(now[0], deferred=True) == wait.reason
 
 
 def stop_abandoned(wait: AbandonedWait) -> None:

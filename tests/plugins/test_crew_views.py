@@ -222,7 +222,7 @@ def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from airflow.models.dag import DagModel
 
-    from airflow_provider_crew.plugins import crew_views
+    from airflow_provider_crew.plugins import airflow_db
 
     if "teams" not in inspect.signature(SimpleAuthManagerUser).parameters:
         pytest.skip("this Airflow's simple auth manager has no teams")
@@ -231,8 +231,8 @@ def test_the_tab_asks_the_auth_manager_with_the_dags_team(monkeypatch):
     monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: SimpleAuthManager())
     alice = SimpleAuthManagerUser(username="alice", role="viewer", teams=["team_a"])
 
-    assert crew_views._may_read_task_instances(alice, "dag_of_team_a")
-    assert not crew_views._may_read_task_instances(alice, "dag_of_team_b")
+    assert airflow_db.may_read_task_instances(alice, "dag_of_team_a")
+    assert not airflow_db.may_read_task_instances(alice, "dag_of_team_b")
 
 
 @pytest.mark.parametrize(

@@ -184,3 +184,23 @@ def test_the_stopper_stops_at_once_or_after_the_backstop(monkeypatch):
         time.sleep(0.02)
     assert [kickoff_id for kickoff_id, _ in stopped] == ["unheld", "held"]
     assert stopped[0][1] - started < 0.3 <= stopped[1][1] - started
+
+
+def test_the_trigger_is_read_without_flushing_the_users_request(crew_service, running):
+    """The listener runs inside the user's request: its read must not flush the new state early (a
+    flush would take the task instance's row lock for the rest of the request)."""
+    session = Session(create_engine("sqlite://"))
+    row = trigger_row(trigger_for(running))
+    autoflush_at_read = []
+
+    def get(model, trigger_id):
+        autoflush_at_read.append(session.autoflush)
+        return row
+
+    session.get = get  # type: ignore[method-assign]
+    ti = types.SimpleNamespace(
+        state="failed", trigger_id=7, dag_id="d", run_id="r", task_id="kickoff", map_index=-1, try_number=1
+    )
+    wait = stop_listener.abandoned_wait(ti, session)
+    assert autoflush_at_read == [False] and session.autoflush  # off for the read only
+    assert wait is not None and wait.kickoff_id == running
