@@ -14,7 +14,7 @@ the woken task reads the status with the crew's token, as after any wake. No I/O
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,11 +35,13 @@ SUBSCRIBED_EVENTS = (
     "tool_usage_finished",
     "tool_usage_error",
 )
+#: The XCom key under which the api-server keeps a task instance's :class:`EventLog`.
+XCOM_CREW_EVENTS = "crew_events"
 #: Events after which the wait reads the status at once (the service's status says how it ended).
 ENDING_EVENTS = frozenset({"crew_kickoff_failed", "crew_kickoff_completed"})
 #: Bounds of what one execution keeps (the receiver stores it beside the task instance).
 RECENT_CALLS = 10
-SEEN_IDS = 1000
+SEEN_IDS = 500
 #: Bounds of one delivery: more events than this are refused whole (413), as is a larger body.
 MAX_EVENTS_PER_DELIVERY = 2000
 MAX_TEXT = 500
@@ -80,6 +82,12 @@ def _text(value: Any) -> str | None:
         return None
     text = value if isinstance(value, str) else str(value)
     return text[:MAX_TEXT]
+
+
+def _utc(moment: datetime) -> str:
+    """``moment`` in UTC, ISO 8601: the kept times compare as text (a time without a zone is UTC)."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return aware.astimezone(timezone.utc).isoformat()
 
 
 def _count(value: Any) -> int:
@@ -125,13 +133,14 @@ class EventLog(BaseModel):
         return new
 
     def _apply(self, event: CrewEvent, content: bool) -> None:
-        at = event.timestamp.isoformat()
+        at = _utc(event.timestamp)
         newest = self.last_event_at is None or at >= self.last_event_at
         data = event.data
         if event.type in ENDING_EVENTS:
             self.ended = "failed" if event.type == "crew_kickoff_failed" else "completed"
             self.error = _text(data.get("error")) or self.error
-        elif event.type in ("task_started", "agent_execution_started") and newest:
+        elif event.type in ("task_started", "agent_execution_started") and at >= (self.at_work_since or at):
+            # The latest start is what is at work, whatever order the starts came in.
             self.task = _text(data.get("task_name") or data.get("task_description")) or self.task
             self.agent = _text(data.get("agent_role")) or self.agent
             self.at_work_since = at

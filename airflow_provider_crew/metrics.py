@@ -198,6 +198,26 @@ METRICS: tuple[Metric, ...] = (
         ),
     ),
     Metric(
+        name="crew.events.received",
+        type="counter",
+        unit="events",
+        tags=("dag_id",),
+        legacy=("dag_id",),
+        emitted_by="the api-server's plugin, for a crew connection with `event_stream`",
+        meaning="Events of a crew's event stream kept for the Crew tab, each event `id` once (repeats are "
+        "not counted).",
+    ),
+    Metric(
+        name="crew.events.rejected",
+        type="counter",
+        unit="deliveries",
+        tags=("reason",),
+        legacy=("reason",),
+        emitted_by="the api-server's plugin",
+        meaning="Event deliveries refused whole: `unauthorized` (not the run's events token, or no such "
+        'address), `too_large` (over 1 MiB or 2,000 events), `malformed` (not `{"events": [...]}`).',
+    ),
+    Metric(
         name="crew.paid_post.unknown_outcome",
         type="counter",
         unit="requests",

@@ -110,10 +110,26 @@ class HumanInputWebhook(_Wire):
         return check_webhook_url(value, "humanInputWebhook.url")  # type: ignore[return-value]
 
 
+class EventSubscription(_Wire):
+    """The ``webhooks`` object of a kickoff or resume: the crew's event stream (not in the contract;
+    the hosted service has it), posted to ``url`` with the run's bearer token (crew_events.py)."""
+
+    events: list[str] = Field(min_length=1)
+    url: str
+    realtime: bool = False
+    authentication: WebhookAuthentication
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return check_webhook_url(value, "webhooks.url")  # type: ignore[return-value]
+
+
 class _WebhookAddresses(_Wire):
     task_webhook_url: str | None = Field(default=None, alias="taskWebhookUrl")
     step_webhook_url: str | None = Field(default=None, alias="stepWebhookUrl")
     crew_webhook_url: str | None = Field(default=None, alias="crewWebhookUrl")
+    event_stream: EventSubscription | None = Field(default=None, alias="webhooks")
 
     @field_validator("task_webhook_url", "step_webhook_url", "crew_webhook_url")
     @classmethod

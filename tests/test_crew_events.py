@@ -111,3 +111,19 @@ def test_the_seen_ids_are_bounded() -> None:
     log = log_of(*[event(n, "task_completed", n % 60) for n in range(crew_events.SEEN_IDS + 10)])
     assert len(log.seen) == crew_events.SEEN_IDS
     assert log.received == crew_events.SEEN_IDS + 10
+
+
+def test_a_start_delivered_after_later_events_still_says_what_is_at_work() -> None:
+    log = log_of(event(1, "tool_usage_finished", 9, tool_name="search"))
+    log.add(
+        parse_delivery({"events": [event(2, "task_started", 5, task_name="Write", agent_role="Writer")]})[0]
+    )
+    log.add(parse_delivery({"events": [event(3, "task_started", 2, task_name="Research")]})[0])
+    assert (log.task, log.agent) == ("Write", "Writer")
+    assert log.last_event_at is not None and log.last_event_at.startswith("2026-12-01T10:00:09")
+
+
+def test_times_in_other_zones_are_kept_in_utc() -> None:
+    late = {**event(1, "task_started", 0, task_name="Later"), "timestamp": "2026-12-01T11:00:05+01:00"}
+    log = log_of(event(2, "task_started", 9, task_name="Earlier"), late)
+    assert log.task == "Earlier" and log.at_work_since == "2026-12-01T10:00:09.000001+00:00"

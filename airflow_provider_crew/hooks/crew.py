@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from airflow_provider_crew.connection import CrewConnectionConfig
     from airflow_provider_crew.hooks.client.request import Call
     from airflow_provider_crew.hooks.client.response import Response
-    from airflow_provider_crew.models import HumanInputWebhook, ResumeResult, StopResult
+    from airflow_provider_crew.models import EventSubscription, HumanInputWebhook, ResumeResult, StopResult
     from airflow_provider_crew.status import CrewStatus
 
 # How long a stop may take, retries included: it runs while Airflow kills the task (on_kill) or
@@ -183,6 +183,7 @@ class CrewHook(BaseHook):
         step_webhook_url: str | None = None,
         crew_webhook_url: str | None = None,
         human_input_webhook: HumanInputWebhook | Mapping[str, Any] | None = None,
+        event_stream: EventSubscription | None = None,
         deadline: float | None = None,
     ) -> str:
         """``POST /kickoff``: start an execution and return its ``kickoff_id``.
@@ -208,6 +209,7 @@ class CrewHook(BaseHook):
             step_webhook_url=step_webhook_url,
             crew_webhook_url=crew_webhook_url,
             human_input_webhook=human_input_webhook,
+            event_stream=event_stream,
         ).kickoff_id
 
     def get_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
@@ -263,6 +265,7 @@ class CrewHook(BaseHook):
         task_webhook_url: str | None = None,
         step_webhook_url: str | None = None,
         crew_webhook_url: str | None = None,
+        event_stream: EventSubscription | None = None,
     ) -> ResumeResult:
         """``POST /resume``: send human feedback to an execution paused in Pending Human Input.
 
@@ -284,6 +287,7 @@ class CrewHook(BaseHook):
             task_webhook_url=task_webhook_url,
             step_webhook_url=step_webhook_url,
             crew_webhook_url=crew_webhook_url,
+            event_stream=event_stream,
         )
 
     def stop(self, kickoff_id: str, *, patience: float = STOP_PATIENCE_SECONDS) -> StopResult:

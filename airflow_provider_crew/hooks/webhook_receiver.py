@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -33,7 +34,7 @@ from airflow_provider_crew.connection_form import (
 )
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.client.request import USER_AGENT
-from airflow_provider_crew.models import HumanInputWebhook
+from airflow_provider_crew.models import EventSubscription, HumanInputWebhook
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ _TOKEN_CONTEXT = b"airflow-provider-crew/wake/v1"
 # what ``/health`` signs for anyone (a caller's nonce) can never be a run's token, whatever the nonce.
 HEALTH_KEY_PURPOSE = b"crew-wake health v1"
 RUN_TOKEN_KEY_PURPOSE = b"crew-wake run-token v1"
+# The event stream's bearer token is a run token of its own: the completion address's token rides in a
+# query string that proxies may log, and must not let its reader post events.
+EVENTS_TOKEN_KEY_PURPOSE = b"crew-events run-token v1"
+#: The path of the event stream's deliveries, under the plugin's version.
+EVENTS = "events"
 
 
 def derived_key(key: str, purpose: bytes) -> bytes:
@@ -61,27 +67,28 @@ def derived_key(key: str, purpose: bytes) -> bytes:
     return hmac.new(key.encode(), purpose, hashlib.sha256).digest()
 
 
-def run_token(key: str, dag_id: str, run_id: str) -> str:
-    """The secret of one DAG run's webhook address: an HMAC of the run, under the run-token key
-    derived from ``key``.
+def run_token(key: str, dag_id: str, run_id: str, purpose: bytes = RUN_TOKEN_KEY_PURPOSE) -> str:
+    """The secret of one DAG run's webhook address: an HMAC of the run, under the key derived from
+    ``key`` for ``purpose`` (the wake's webhooks, or :data:`EVENTS_TOKEN_KEY_PURPOSE`).
 
     :param key: The receiver connection's key.
     :param dag_id: The run's DAG.
     :param run_id: The run.
     """
     message = b"\0".join((_TOKEN_CONTEXT, dag_id.encode(), run_id.encode()))
-    digest = hmac.new(derived_key(key, RUN_TOKEN_KEY_PURPOSE), message, hashlib.sha256).digest()
+    digest = hmac.new(derived_key(key, purpose), message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def token_matches(keys: tuple[str, ...], dag_id: str, run_id: str, token: str) -> bool:
-    """Whether ``token`` is the run's secret under any of ``keys``, compared in constant time.
-
-    Every key is tried, so the time does not tell which one (or whether any) matched.
+def token_matches(
+    keys: tuple[str, ...], dag_id: str, run_id: str, token: str, purpose: bytes = RUN_TOKEN_KEY_PURPOSE
+) -> bool:
+    """Whether ``token`` is the run's secret for ``purpose`` under any of ``keys``, compared in constant
+    time. Every key is tried, so the time does not tell which one (or whether any) matched.
     """
     matched = False
     for key in keys:
-        matched |= hmac.compare_digest(run_token(key, dag_id, run_id), token)
+        matched |= hmac.compare_digest(run_token(key, dag_id, run_id, purpose), token)
     return matched
 
 
@@ -135,6 +142,30 @@ class ReceiverConfig:
         return cls(base_url=base_url, keys=keys)
 
 
+def receiver_config(
+    get_connection: Callable[[str], Any],
+    conn_id: str,
+    *,
+    name_connection: bool = True,
+    where: str = "where this runs",
+) -> ReceiverConfig:
+    """The receiver connection, looked up with ``get_connection`` and validated: the one check of the
+    webhook's credentials, for a worker (the hook) and for the api-server (the plugin) alike.
+
+    :param get_connection: Airflow's lookup where this runs; raises ``AirflowNotFoundException``.
+    :param conn_id: The connection.
+    :param name_connection: Name it in errors (not for Airflow's Test action, which runs under a random id).
+    :param where: Where it is looked up, for the error when it is not defined.
+    :raises CrewConfigurationError: It is not defined, or not usable (the error names the field).
+    """
+    try:
+        connection = get_connection(conn_id)
+    except AirflowNotFoundException:
+        named = f"Connection {conn_id!r}" if name_connection else "The connection"
+        raise CrewConfigurationError(f"{named} is not defined {where}.") from None
+    return ReceiverConfig.from_connection(connection, conn_id, name_connection=name_connection)
+
+
 @dataclass(frozen=True)
 class WakeAddresses:
     """What a kickoff or resume sends so that the crew's webhooks wake this run's waits.
@@ -142,11 +173,14 @@ class WakeAddresses:
     :param crew_webhook_url: The completion webhook, the run's token in its ``token`` query parameter.
     :param human_input_webhook: The human-input webhook: the address and the token as bearer.
     :param safety_poll_interval: Seconds between the status polls a woken wait still makes.
+    :param event_stream: The ``webhooks`` object that subscribes to the crew's events, when the crew
+        connection opts in (``event_stream``): this task instance's address, the run's events token.
     """
 
     crew_webhook_url: str = field(repr=False)
     human_input_webhook: HumanInputWebhook = field(repr=False)
     safety_poll_interval: float
+    event_stream: EventSubscription | None = field(default=None, repr=False)
 
 
 class CrewWebhookReceiverHook(BaseHook):
@@ -175,24 +209,38 @@ class CrewWebhookReceiverHook(BaseHook):
     @cached_property
     def config(self) -> ReceiverConfig:
         """The validated connection (looked up once per hook)."""
-        try:
-            connection = self.get_connection(self.receiver_conn_id)
-        except AirflowNotFoundException:
-            raise CrewConfigurationError(
-                f"Connection {self.receiver_conn_id!r} is not defined where this runs."
-            ) from None
-        return ReceiverConfig.from_connection(connection, self.receiver_conn_id)
+        return receiver_config(self.get_connection, self.receiver_conn_id)
 
-    def addresses(self, dag_id: str, run_id: str, crew: CrewConnectionConfig) -> WakeAddresses:
-        """The webhook addresses of one DAG run, for a crew at ``crew``.
+    def addresses(self, task_instance: Any, crew: CrewConnectionConfig) -> WakeAddresses:
+        """The webhook addresses of one task instance's DAG run, for a crew at ``crew``.
 
-        :param dag_id: The run's DAG.
-        :param run_id: The run.
-        :param crew: The crew connection (its safety poll interval).
+        :param task_instance: The task instance (its DAG, run, task and map index).
+        :param crew: The crew connection (its safety poll interval and event stream settings).
         """
+        dag_id, run_id = task_instance.dag_id, task_instance.run_id
         url, token = self._address("crew", dag_id, run_id)
         crew_url = f"{url}?{urlencode({TOKEN_PARAMETER: token})}"
-        return WakeAddresses(crew_url, self.human_input_address(dag_id, run_id), crew.safety_poll_interval)
+        human = self.human_input_address(dag_id, run_id)
+        events = self.event_subscription(task_instance, crew) if crew.event_stream else None
+        return WakeAddresses(crew_url, human, crew.safety_poll_interval, events)
+
+    def event_subscription(self, task_instance: Any, crew: CrewConnectionConfig) -> EventSubscription:
+        """The ``webhooks`` object: the events the provider uses, posted to this task instance's address
+        with the run's events token as bearer token (no secret in the address)."""
+        from airflow_provider_crew.crew_events import SUBSCRIBED_EVENTS
+
+        ti = task_instance
+        url, _ = self._address(EVENTS, ti.dag_id, ti.run_id)
+        task = f"{quote(ti.task_id, safe='')}/{-1 if ti.map_index is None else ti.map_index}"
+        token = run_token(self.config.keys[0], ti.dag_id, ti.run_id, EVENTS_TOKEN_KEY_PURPOSE)
+        return EventSubscription.model_validate(
+            {
+                "events": list(SUBSCRIBED_EVENTS),
+                "url": f"{url}/{task}",
+                "realtime": crew.event_stream_realtime,
+                "authentication": {"strategy": "bearer", "token": token},
+            }
+        )
 
     def human_input_address(self, dag_id: str, run_id: str) -> HumanInputWebhook:
         """The run's human-input webhook: the plugin's address, the run's token as bearer token."""
@@ -214,9 +262,7 @@ class CrewWebhookReceiverHook(BaseHook):
         :return: (success, message for the person who clicked Test; it never names the connection id).
         """
         try:
-            config = ReceiverConfig.from_connection(
-                self.get_connection(self.receiver_conn_id), self.receiver_conn_id, name_connection=False
-            )
+            config = receiver_config(self.get_connection, self.receiver_conn_id, name_connection=False)
         except CrewConfigurationError as error:
             return False, str(error)
         usable, why = self._ask_health(config)
@@ -297,7 +343,7 @@ def wake_for_run(config: CrewConnectionConfig, task_instance: Any, log: Any) -> 
     try:
         usable, why = receiver.health()
         if usable:
-            wake = receiver.addresses(task_instance.dag_id, task_instance.run_id, config)
+            wake = receiver.addresses(task_instance, config)
     except CrewConfigurationError as error:
         why = str(error)
     if wake is None:
@@ -315,6 +361,7 @@ __all__ = [
     "CrewWebhookReceiverHook",
     "ReceiverConfig",
     "WakeAddresses",
+    "receiver_config",
     "run_token",
     "token_matches",
     "wake_for_run",

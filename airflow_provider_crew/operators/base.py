@@ -174,21 +174,23 @@ def refuse_own_crew_webhook(task: Any, config: CrewConnectionConfig) -> None:
 
 def resume_webhook_addresses(
     context: Context, execution_id: str, task: Any, wake: WakeAddresses | None = None
-) -> dict[str, str | None]:
+) -> dict[str, Any]:
     """The webhook addresses to send with ``POST /resume``: those the task was given, else the kickoff's.
 
     The service forgets webhook addresses at resume (docs/contract.md); the kickoff task kept its
     own in XCom (without credentials) so every resume can re-supply them. With webhook wake, the
-    completion webhook is this run's address on Airflow's api-server, built again here.
+    completion webhook is this run's address on Airflow's api-server, built again here, and so is the
+    event stream's subscription (whether the service keeps it over a resume is not known).
 
     :param execution_id: The execution being resumed.
     :param task: The resuming task: its ``*_webhook_url`` parameters, ``carry_over_webhooks``,
         ``kickoff_task_id`` (whose XCom ``webhooks`` holds the kickoff's addresses) and logger.
     :param wake: The run's webhook-wake addresses, when the wake is on.
     """
-    addresses = _given_or_kept(context, execution_id, task)
+    addresses: dict[str, Any] = _given_or_kept(context, execution_id, task)
     if wake is not None:
         addresses["crew_webhook_url"] = wake.crew_webhook_url
+        addresses["event_stream"] = wake.event_stream
     return addresses
 
 

@@ -103,6 +103,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameter
     :xcom execution_url:
     """
 
+    subscribes_to_events = True  # its POST carries the event stream's subscription
     template_fields: Sequence[str] = (
         "inputs",
         "meta",
@@ -280,6 +281,7 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameter
                 if wake is not None
                 else (self.crew_webhook_url or None),
                 human_input_webhook=pause_webhook,
+                event_stream=wake.event_stream if wake is not None else None,
             ),
             claim={"try_number": try_number(context)},
             # Kept before anything else can fail: a retry must find this execution, not start another.

@@ -97,6 +97,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters
     :xcom execution_url:
     """
 
+    subscribes_to_events = True  # its POST carries the event stream's subscription
     template_fields: Sequence[str] = (
         "kickoff_id",
         "crew_task_id",

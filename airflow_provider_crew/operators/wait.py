@@ -402,6 +402,7 @@ class CrewWaitMixin(CrewStopMixin):
         if result.outcome in (Outcome.SUCCEEDED, Outcome.PAUSED):
             return
         if result.outcome is Outcome.FAILED:
+            self._note_silent_event_stream(kickoff_id, context)
             status = result.last_status
             word = status.raw_state if status and status.raw_state else "FAILED"
             reason = (status.error if status else None) or result.message

@@ -83,6 +83,9 @@ class CrewStopMixin:
     #: ``stop_crew=None`` stops the execution when the task owns its wait: the kickoff, a resume and the
     #: review's tasks do; a sensor only watches (docs/reliability.md, "Stopping what nobody waits for").
     owns_execution: ClassVar[bool] = True
+    #: Whether the task's own POST subscribes to the crew's event stream (a kickoff, a resume), so that
+    #: its task instance keeps the execution's events (``crew_events``); a sensor only watches.
+    subscribes_to_events: ClassVar[bool] = False
     stop_crew: bool | None = None
     max_tokens: Any = None
     max_cost: Any = None
@@ -169,6 +172,28 @@ class CrewStopMixin:
             f"To let it spend more, set the task's {parameter}, or raise '{label}' (extra '{extra}') on "
             f"connection {self.crew_conn_id!r}."
         )
+
+    def _note_silent_event_stream(self, kickoff_id: str, context: Context | None) -> None:
+        """At a failure found by a status poll: when this task subscribed to the crew's event stream and
+        no event of it was kept, say so (the service may not send events: docs/webhook-wake.md)."""
+        if context is None or not self.subscribes_to_events:
+            return
+        from airflow_provider_crew.crew_events import XCOM_CREW_EVENTS  # its models: not at DAG parse
+
+        try:
+            if not CrewHook(crew_conn_id=self.crew_conn_id).config.event_stream:
+                return
+            ti = context["ti"]
+            kept = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_CREW_EVENTS, map_indexes=ti.map_index)
+        except Exception:  # only a note: a failure to read it must not change how the task ends
+            return
+        if kept is None:
+            self.log.warning(
+                "No event came from the crew's event stream for execution %s, although the connection "
+                "subscribes to it (event_stream): the crew service may not send events. Its end was "
+                "found by a status read.",
+                kickoff_id,
+            )
 
     def _prices(self) -> Prices | None:
         """The connection's prices, which give the ``usage`` XCom its cost (None: none, or unreadable)."""

@@ -14,11 +14,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from airflow_provider_crew.links.crew import web_address
+from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.plugins.crew_views_budget import (
     budget_line,
     over_budget_answer,
     unenforceable_line,
 )
+from airflow_provider_crew.plugins.crew_views_events import crew_activity, events_refresh
 from airflow_provider_crew.plugins.crew_views_live import LIVE, banner, following
 from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.budget import CAP_PARAMETERS
@@ -93,10 +95,8 @@ def _cost(usage: Any) -> float | None:
 def _xcom_value(value: Any) -> Any:
     """A stored XCom value as Airflow reads it back."""
     global _deserialize
-    if _deserialize is None:  # imported once: the Crews page decodes thousands
-        from airflow.models.xcom import XComModel
-
-        _deserialize = XComModel.deserialize_value
+    if _deserialize is None:  # looked up once: the Crews page decodes thousands
+        _deserialize = airflow_db.xcom_decoder()
     return _deserialize(SimpleNamespace(value=value))
 
 
@@ -135,17 +135,8 @@ def _status_view(status: CrewStatus | None) -> dict[str, Any]:
 
 def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, Any] | None:
     """The review round of this run that asks about this execution, for the tab's link."""
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    query = (
-        select(XComModel.task_id, XComModel.map_index, XComModel.value)
-        .join(TI, _of_task_instance(XComModel, TI))
-        .where(XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id)
-        .where(XComModel.key == XCOM_REVIEW_REQUEST, TI.operator == REVIEW_ROUND)
-    )
-    for task_id, map_index, value in session.execute(query):
+    rounds = airflow_db.run_xcoms(session, ti.dag_id, ti.run_id, XCOM_REVIEW_REQUEST, REVIEW_ROUND)
+    for task_id, map_index, value in rounds:
         request = _xcom_value(value)
         if isinstance(request, dict) and request.get("kickoff_id") == kickoff_id:
             return {"task_id": task_id, "map_index": map_index}
@@ -154,15 +145,14 @@ def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, 
 
 def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
     """What the Crew tab shows for one task instance (its latest try)."""
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        where = (TI.dag_id == dag_id, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index)
-        ti = session.scalars(select(TI).where(*where)).one_or_none()
+    with airflow_db.session() as session:
+        ti = airflow_db.task_instance(session, dag_id, run_id, task_id, map_index)
         if ti is None:
             return {"found": False}
+        # Its attempt, for a read after this session (3.4 keeps rendered fields per attempt).
+        attempt = SimpleNamespace(
+            id=ti.id, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index
+        )
         xcoms = _task_xcoms(session, ti)
         state = _word(ti.state)
         is_crew = ti.operator in CREW_OPERATORS or ti.custom_operator_name == CREW_DECORATOR
@@ -174,9 +164,12 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         follow = following(session, ti) if live else None
         kickoff_id = kickoff_id or _text(follow and follow.kickoff_id)
         stopped_answer = over_budget_answer(xcoms.get(XCOM_STATUS))
-        rendered = _rendered_fields(session, ti) if stopped_answer is not None or not kickoff_id else None
+        rendered = (
+            airflow_db.rendered_fields(session, ti) if stopped_answer is not None or not kickoff_id else None
+        )
         kickoff_id = kickoff_id or _text((rendered or {}).get("kickoff_id"))
         review = _review_request(session, ti, kickoff_id) if kickoff_id else None
+        activity = crew_activity(session, dag_id, run_id, kickoff_id, _xcom_value) if kickoff_id else None
     stored = XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict)
     status = CrewStatus.from_response(xcoms[XCOM_STATUS]) if stored else None
     source, problem, cost = "xcom", None, _cost(xcoms.get(XCOM_USAGE))
@@ -193,9 +186,8 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
     over_budget = _over_budget(shown, stopped_answer, rendered) if source == "xcom" else None
     if over_budget is None and status is not None and "usage_metrics" not in status.raw:
         if rendered is None:  # read only for a status without usage: its caps say whether that matters
-            with create_session() as session:
-                task = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
-                rendered = _rendered_fields(session, task)
+            with airflow_db.session() as session:
+                rendered = airflow_db.rendered_fields(session, attempt)
         caps = None if rendered is None else {name: rendered.get(name) for name in CAP_PARAMETERS}
         over_budget = unenforceable_line(status, caps)
     view.update(
@@ -204,9 +196,10 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         live=live,
         source=source,
         service_problem=problem,
-        refresh_seconds=follow.pace if follow else None,
+        refresh_seconds=events_refresh(follow.pace, activity) if follow else None,
         review_task=review,
         over_budget=over_budget,
+        activity=activity,
         **shown,
     )
     return view
@@ -225,12 +218,8 @@ def _over_budget(shown: dict[str, Any], answer: str | None, rendered: dict[str, 
 
 def _task_xcoms(session: Any, ti: Any) -> dict[str, Any]:
     """The task instance's XComs the tab reads, by key."""
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    query = select(XComModel.key, XComModel.value).where(_of_task_instance(XComModel, ti))
-    rows = session.execute(query.where(XComModel.key.in_(TAB_XCOM_KEYS)))
-    return {key: _xcom_value(value) for key, value in rows}
+    stored = airflow_db.task_xcoms(session, ti, TAB_XCOM_KEYS)
+    return {key: _xcom_value(value) for key, value in stored.items()}
 
 
 def _shown(status: CrewStatus | None, xcoms: dict[str, Any], usage: Any) -> dict[str, Any]:
@@ -249,37 +238,16 @@ def _shown(status: CrewStatus | None, xcoms: dict[str, Any], usage: Any) -> dict
     return shown
 
 
-def _rendered_fields(session: Any, ti: Any) -> dict[str, Any] | None:
-    """The task instance's template fields as rendered for this run (None when not stored): a sensor's
-    or review task's ``kickoff_id`` (it pushes it only at the end), a task's caps."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
-    from sqlalchemy import select
-
-    fields = session.scalars(select(RTIF.rendered_fields).where(_of_task_instance(RTIF, ti))).first()
-    return fields if isinstance(fields, dict) else None
-
-
-def _of_task_instance(table: Any, ti: Any) -> Any:
-    """The rows of ``table`` (XComs, rendered fields) of the task instance ``ti``: a row read, or the
-    TaskInstance table itself to join to the instance that pushed them (Airflow's index on the four)."""
-    return (
-        (table.dag_id == ti.dag_id)
-        & (table.run_id == ti.run_id)
-        & (table.task_id == ti.task_id)
-        & (table.map_index == ti.map_index)
-    )
-
-
 # -- the Crews page -------------------------------------------------------------------------------
 
 
 def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[tuple, dict[str, Any]]]:
-    """The crew task instances started since ``since`` (with their run's state), and their small XComs."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
+    """The crew task instances started since ``since`` (with their run's state), and their small XComs
+    (3.4: of the attempt each task instance is at, :func:`.airflow_db.of_task_instance`)."""
     from sqlalchemy import or_, select, tuple_
+
+    TI, XComModel = airflow_db.task_instance_model(), airflow_db.xcom_model()
+    DagRun = airflow_db.dag_run_model()
 
     crew = or_(TI.operator.in_(CREW_OPERATORS), TI.custom_operator_name == CREW_DECORATOR)
     window = or_(TI.start_date >= since, TI.start_date.is_(None) & TI.state.in_(list(LIVE_STATES)))
@@ -292,13 +260,13 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
     # in the window is read (every DAG's, for a 90-day window).
     xcom_query = (
         select(*_columns(XComModel, "key", "value"))
-        .join(TI, _of_task_instance(XComModel, TI))
+        .join(TI, airflow_db.of_task_instance(XComModel, TI))
         .where(crew, XComModel.key.in_(PAGE_XCOM_KEYS), XComModel.timestamp >= since - timedelta(days=1))
     )
     if dag_ids is not None:
         query = query.where(TI.dag_id.in_(dag_ids))
         xcom_query = xcom_query.where(XComModel.dag_id.in_(dag_ids))
-    with create_session() as session:
+    with airflow_db.session() as session:
         tis = session.execute(query).all()
         xcoms: dict[tuple, dict[str, Any]] = defaultdict(dict)
         for dag_id, run_id, task_id, map_index, key, value in session.execute(xcom_query):
@@ -306,17 +274,20 @@ def _window(since: datetime, dag_ids: set[str] | None) -> tuple[list[Any], dict[
         failed = [tuple(ti[:4]) for ti in tis if _word(ti.state) == "failed"]
         for chunk in (failed[n : n + 200] for n in range(0, len(failed), 200)):
             # A failed task's status: was its execution stopped over its budget (it fails then)? Read by
-            # the task instances' keys: none when nothing failed.
-            of_failed = tuple_(*_columns(XComModel)).in_(chunk)
-            status = select(*_columns(XComModel, "value")).where(XComModel.key == XCOM_STATUS, of_failed)
+            # the task instances' keys, joined to them for their attempt's: none when nothing failed.
+            status = (
+                select(*_columns(XComModel, "value"))
+                .join(TI, airflow_db.of_task_instance(XComModel, TI))
+                .where(XComModel.key == XCOM_STATUS, tuple_(*_columns(TI)).in_(chunk))
+            )
             for dag_id, run_id, task_id, map_index, value in session.execute(status):
                 xcoms[(dag_id, run_id, task_id, map_index)][XCOM_STATUS] = value
     return list(tis), xcoms
 
 
 def _columns(table: Any, *more: str) -> list[Any]:
-    """The columns that name a task instance (in the task instance, XCom and rendered fields tables
-    alike), then ``more``."""
+    """The columns that name a task instance (in the task instance and XCom tables alike), then
+    ``more``."""
     return [getattr(table, name) for name in ("dag_id", "run_id", "task_id", "map_index", *more)]
 
 

@@ -18,18 +18,19 @@ Airflow fails a task resumed before the scheduler has handled its deferral (apac
 a wake that comes before the trigger's race bound (``not_before``) is not applied: until then the
 trigger polls at most 5 s apart and ends the task itself. A wake at or after it is applied at once,
 once per deferral, and only after re-checking under a row lock that the task instance still waits on
-that trigger. The Airflow internal it relies on, ``airflow.models.trigger.handle_event_submit``, is
-probed: without it the wake is off (the api-server's log says why) and the tasks keep polling.
+that trigger. Airflow's database and its resume of a deferred task are reached through
+:mod:`.airflow_db`, which probes the internal the wake relies on (``handle_event_submit``): without it
+the wake is off (the api-server's log says why) and the tasks keep polling.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +38,20 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from airflow_provider_crew import __version__
+from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.webhook_receiver import (
     API_VERSION,
     DEFAULT_RECEIVER_CONN_ID,
+    EVENTS,
     KINDS,
     TOKEN_PARAMETER,
     ReceiverConfig,
     key_check,
+    receiver_config,
     token_matches,
 )
+from airflow_provider_crew.plugins import airflow_db
+from airflow_provider_crew.plugins.event_receiver import EventReceiver
 from airflow_provider_crew.waiting.event import CrewWaitEvent
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor
 
@@ -62,22 +68,14 @@ LOOKUP_DEDUP_SECONDS = 2.0
 DB_THREADS = 4
 # The longest token looked at: a run's token is 43 characters.
 MAX_TOKEN_LENGTH = 256
-WOKEN_BY = {"crew": "the crew's completion webhook", "human": "the crew's human-input webhook"}
+WOKEN_BY = {
+    "crew": "the crew's completion webhook",
+    "human": "the crew's human-input webhook",
+    "events": "the crew's event stream",
+}
 #: All ``/health`` says of why the wake is off: a caller is not authenticated, and an error's text may
 #: name hosts, a secrets backend's or a database's failure.
 WHY_IN_THE_LOG = "the api-server's log says why (search it for 'Webhook wake is off')"
-
-
-def internals_missing() -> str | None:
-    """Why this Airflow cannot wake a deferred task from a plugin, or None when it can."""
-    try:
-        from airflow.models.trigger import handle_event_submit
-    except ImportError as error:
-        return f"airflow.models.trigger.handle_event_submit is missing ({error})"
-    parameters = inspect.signature(handle_event_submit).parameters
-    if not {"event", "task_instance", "session"} <= set(parameters):
-        return f"airflow.models.trigger.handle_event_submit takes {list(parameters)}, not what this sends"
-    return None
 
 
 @dataclass(frozen=True)
@@ -100,31 +98,13 @@ class Wait:
 
 def find_waits(dag_id: str, run_id: str, kickoff_id: str, kind: str) -> list[Wait]:
     """The run's task instances deferred on ``kickoff_id`` that a ``kind`` webhook ends."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import Trigger
-    from airflow.utils.session import create_session
-    from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
-
     waits = []
-    with create_session() as session:
-        rows = session.execute(
-            select(TaskInstance.id, Trigger)
-            .join(Trigger, TaskInstance.trigger_id == Trigger.id)
-            .where(
-                TaskInstance.dag_id == dag_id,
-                TaskInstance.run_id == run_id,
-                TaskInstance.state == TaskInstanceState.DEFERRED,
-                Trigger.classpath == STATUS_TRIGGER,
-            )
-        ).all()
-        for ti_id, trigger in rows:
-            kwargs = dict(trigger.kwargs)
-            if kwargs.get("kickoff_id") != kickoff_id:
-                continue
-            if kind == "human" and kwargs.get("wait_for") != WaitFor.HUMAN_INPUT.value:
-                continue  # a pause ends only the waits that stop at one
-            waits.append(Wait(ti_id, trigger.id, kwargs))
+    for ti_id, trigger_id, kwargs in airflow_db.deferred_waits(dag_id, run_id, STATUS_TRIGGER):
+        if kwargs.get("kickoff_id") != kickoff_id:
+            continue
+        if kind == "human" and kwargs.get("wait_for") != WaitFor.HUMAN_INPUT.value:
+            continue  # a pause ends only the waits that stop at one
+        waits.append(Wait(ti_id, trigger_id, kwargs))
     return waits
 
 
@@ -135,32 +115,16 @@ def apply_wake(wait: Wait, payload: dict[str, Any]) -> bool:
     matches only while it still waits on that trigger: SQLite has no row locks, and the update is
     what serialises a concurrent resume there.
     """
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import Trigger, handle_event_submit
-    from airflow.triggers.base import TriggerEvent
-    from airflow.utils.session import create_session
-    from airflow.utils.sqlalchemy import with_row_locks
-    from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select, update
-
-    waiting = (
-        TaskInstance.id == wait.ti_id,
-        TaskInstance.state == TaskInstanceState.DEFERRED,
-        TaskInstance.trigger_id == wait.trigger_id,
-    )
-    with create_session() as session:
-        query = with_row_locks(select(TaskInstance).where(*waiting), session=session, of=TaskInstance)
-        ti = session.scalars(query).one_or_none()
+    with airflow_db.session() as db:
+        ti = airflow_db.lock_deferred(db, wait.ti_id, wait.trigger_id)
         if ti is None:
             return False  # ended, or woken by its trigger: nothing to do
-        trigger = session.get(Trigger, wait.trigger_id)
+        trigger = airflow_db.trigger_row(db, wait.trigger_id)
         if trigger is None or trigger.kwargs.get("not_before") != wait.kwargs.get("not_before"):
             return False  # deferred anew meanwhile (the database may reuse a trigger's id): not this wait
-        claim = update(TaskInstance).where(*waiting).values(trigger_id=wait.trigger_id)
-        if session.execute(claim.execution_options(synchronize_session=False)).rowcount != 1:  # type: ignore[attr-defined]
+        if not airflow_db.claim_deferred(db, wait.ti_id, wait.trigger_id):
             return False
-        handle_event_submit(TriggerEvent(payload), task_instance=ti, session=session)
-        if ti.next_method == "__fail__":  # Airflow 3.3 fails a task whose event it cannot store
+        if not airflow_db.submit_event(db, ti, payload):  # Airflow 3.3 then fails the task
             log.warning("Airflow could not store the wake of task instance %s.", wait.ti_id)
     return True
 
@@ -175,19 +139,35 @@ class Waker:
         self._recent: dict[tuple[str, str, str, str], float] = {}  # lookup -> when (monotonic)
         self._threads = asyncio.Semaphore(DB_THREADS)
 
-    async def webhook(self, kind: str, dag_id: str, run_id: str, kickoff_id: str) -> int:
-        """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled."""
+    async def webhook(
+        self,
+        kind: str,
+        dag_id: str,
+        run_id: str,
+        kickoff_id: str,
+        ends: Callable[[dict[str, Any]], bool] | None = None,
+        lookup: str = "",
+    ) -> int:
+        """Schedule the wake of every wait of the run that this webhook ends; how many it scheduled.
+
+        :param ends: Whether it ends a wait, by the wait's trigger kwargs (the event stream's budget
+            check); None: every wait of the execution that ``kind`` ends.
+        :param lookup: What the webhook says, where one kind says several things: the same thing again
+            within :data:`LOOKUP_DEDUP_SECONDS` shares the lookup just made.
+        """
         now, came_at = time.monotonic(), time.time()
-        lookup = (kind, dag_id, run_id, kickoff_id)
-        if now - self._recent.get(lookup, -LOOKUP_DEDUP_SECONDS) < LOOKUP_DEDUP_SECONDS:
+        key = (f"{kind}{lookup}", dag_id, run_id, kickoff_id)
+        if now - self._recent.get(key, -LOOKUP_DEDUP_SECONDS) < LOOKUP_DEDUP_SECONDS:
             return 0  # the same webhook again: the lookup just made covers it
-        self._recent = {key: at for key, at in self._recent.items() if now - at < LOOKUP_DEDUP_SECONDS}
-        self._recent[lookup] = now
+        self._recent = {seen: at for seen, at in self._recent.items() if now - at < LOOKUP_DEDUP_SECONDS}
+        self._recent[key] = now
         async with self._threads:
             waits = await asyncio.to_thread(find_waits, dag_id, run_id, kickoff_id, kind)
         scheduled = 0
         for wait in waits:
             if wait.deferral in self._pending or wait.deferral in self._woken:
+                continue
+            if ends is not None and not ends(wait.kwargs):
                 continue
             early = wait.not_before - time.time()
             if early > 0:
@@ -266,15 +246,12 @@ class ReceiverKeys:
 
     @staticmethod
     def _read() -> tuple[ReceiverConfig | None, str]:
-        from airflow.exceptions import AirflowNotFoundException
-        from airflow.models.connection import Connection
-
         try:
-            connection = Connection.get_connection_from_secrets(DEFAULT_RECEIVER_CONN_ID)
-            return ReceiverConfig.from_connection(connection, DEFAULT_RECEIVER_CONN_ID), ""
-        except AirflowNotFoundException:
-            return None, f"connection {DEFAULT_RECEIVER_CONN_ID!r} is not defined for the api-server"
-        except Exception as error:  # a wrong connection, a secrets backend's failure: logged, never raised
+            where = "for the api-server"
+            return receiver_config(airflow_db.connection, DEFAULT_RECEIVER_CONN_ID, where=where), ""
+        except CrewConfigurationError as error:  # not defined, or defined wrong: its own words
+            return None, str(error).rstrip(".")
+        except Exception as error:  # a secrets backend's failure: logged, never raised
             return None, f"connection {DEFAULT_RECEIVER_CONN_ID!r} cannot be read: {error}"
 
 
@@ -322,7 +299,8 @@ async def read_capped(request: Request) -> bytes | None:
 def create_app() -> FastAPI:
     """The plugin's FastAPI app."""
     app = FastAPI(title="Crew webhooks", docs_url=None, redoc_url=None, openapi_url=None)
-    waker, keys, missing = Waker(), ReceiverKeys(), internals_missing()
+    waker, keys, missing = Waker(), ReceiverKeys(), airflow_db.wake_internals_missing()
+    events = EventReceiver(waker, keys, read_capped)
     if missing is not None:
         log.warning("Webhook wake is off in this api-server: %s; the tasks poll as usual.", missing)
 
@@ -340,6 +318,13 @@ def create_app() -> FastAPI:
         if config is not None and nonce and len(nonce) <= 128:
             answer["key_check"] = key_check(config.keys[0], nonce)
         return answer
+
+    # Before the webhooks' route, which would take "events" for a kind.
+    @app.post(f"/{API_VERSION}/{EVENTS}/{{dag_id}}/{{path:path}}")
+    async def event_delivery(dag_id: str, path: str, request: Request) -> Response:
+        if missing is not None:
+            return JSONResponse({"detail": "This Airflow cannot wake waits."}, status_code=503)
+        return await events.deliver(dag_id, path, request)
 
     @app.post(f"/{API_VERSION}/{{kind}}/{{dag_id}}/{{run_id:path}}")
     async def webhook(kind: str, dag_id: str, run_id: str, request: Request) -> Response:

@@ -94,6 +94,8 @@ class CrewSpec:
     repeat_events: bool = False
     # Also call crewWebhookUrl when an execution fails (off: only the event stream tells of a failure).
     completion_webhook_on_failure: bool = False
+    # Off plays a service without the event stream: it accepts a ``webhooks`` object and sends nothing.
+    sends_events: bool = True
 
     @property
     def input_names(self) -> list[str]:
@@ -126,6 +128,7 @@ class CrewSpec:
             "shuffle_events": self.shuffle_events,
             "repeat_events": self.repeat_events,
             "completion_webhook_on_failure": self.completion_webhook_on_failure,
+            "sends_events": self.sends_events,
             "tasks": [
                 {
                     "name": t.name,

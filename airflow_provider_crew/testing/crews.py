@@ -132,6 +132,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         "pause_without_webhook",
         "tokens_per_second",
         "reports_usage",
+        "sends_events",
         *EVENT_FIELDS,
     }
     unknown = sorted(set(data) - known)
@@ -171,6 +172,7 @@ def crew_from_dict(data: Mapping[str, Any]) -> CrewSpec:
         pause_without_webhook=_flag(data, "pause_without_webhook", False, f"crew {name}"),
         tokens_per_second=tokens_per_second,
         reports_usage=_flag(data, "reports_usage", True, f"crew {name}"),
+        sends_events=_flag(data, "sends_events", True, f"crew {name}"),
         **_event_settings(data, f"crew {name}"),
     )
 

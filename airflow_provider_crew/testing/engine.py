@@ -137,7 +137,7 @@ class Engine:
         for rule in self.faults.status_404_budget(crew.name):
             ex.hidden_polls += rule.count or 0
             ex.hidden_rule = ex.hidden_rule or rule
-        if event_target is not None:
+        if event_target is not None and crew.sends_events:
             ex.events = EventStream(event_target, self.sender, crew, kickoff_id)
         self.executions[kickoff_id] = ex
         ex.runner = asyncio.get_running_loop().create_task(self._run(ex), name=f"crew-{kickoff_id}")
@@ -347,7 +347,7 @@ class Engine:
         # The event stream keeps the kickoff's target unless this resume gives one.
         if event_target is not None and ex.events is not None:
             ex.events.retarget(event_target)
-        elif event_target is not None:
+        elif event_target is not None and ex.crew.sends_events:
             ex.events = EventStream(event_target, self.sender, ex.crew, kickoff_id)
         ex.feedback.append(
             FeedbackRound(

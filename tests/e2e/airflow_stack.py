@@ -122,6 +122,9 @@ class AirflowStack:
     :param url_path: A path Airflow is served under (``[api] base_url``'s), e.g. ``/airflow``.
     """
 
+    #: The api-server's worker processes, behind its one address.
+    api_workers = 1
+
     def __init__(
         self,
         home: Path,
@@ -235,7 +238,7 @@ class AirflowStack:
         for component in components:
             args = [self.airflow, component]
             if component == "api-server":
-                args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
+                args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", str(self.api_workers)]
             log = (self.home / "logs" / f"{component}.log").open("ab")  # a restart adds to the log
             self.processes[component] = subprocess.Popen(
                 args,

@@ -17,6 +17,7 @@ from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.webhook_receiver import (
     CrewWebhookReceiverHook,
     ReceiverConfig,
+    receiver_config,
     run_token,
     token_matches,
 )
@@ -25,6 +26,10 @@ KEY = "k" * 20 + "-receiver-key-0001"
 OLD_KEY = "o" * 20 + "-receiver-key-0000"
 RUN = "manual__2026-11-24T02:09:28.215668+00:00"
 CREW = CrewConnectionConfig(base_url="https://crew.example.test", token="t", safety_poll_interval=120)
+
+
+def task_instance(dag_id: str = "dag", task_id: str = "kickoff", map_index: int = -1) -> SimpleNamespace:
+    return SimpleNamespace(dag_id=dag_id, run_id=RUN, task_id=task_id, map_index=map_index)
 
 
 def receiver_env(monkeypatch, host: str = "https://airflow.example.test/base", password: str = KEY) -> None:
@@ -64,7 +69,7 @@ def test_rotation_accepts_addresses_signed_with_a_key_still_listed():
 
 def test_the_completion_address_carries_the_token_as_its_token_query_parameter(monkeypatch):
     receiver_env(monkeypatch)
-    wake = CrewWebhookReceiverHook().addresses("crew/dag", RUN, CREW)
+    wake = CrewWebhookReceiverHook().addresses(task_instance("crew/dag"), CREW)
     token = run_token(KEY, "crew/dag", RUN)
 
     crew = urlsplit(wake.crew_webhook_url)
@@ -127,6 +132,25 @@ def test_a_missing_receiver_connection_says_so(monkeypatch):
         CrewConfigurationError, match=r"'crew_webhook_receiver' is not defined where this runs"
     ):
         CrewWebhookReceiverHook().config  # noqa: B018
+
+
+def test_one_check_of_the_receiver_connection_for_the_worker_and_the_api_server():
+    """The hook (a worker, Airflow's Test action) and the plugin (the api-server) look the connection up
+    each their own way, and check it with the same function: only where it is missing differs."""
+    from airflow_provider_crew._compat import AirflowNotFoundException
+
+    def missing(conn_id):
+        raise AirflowNotFoundException(conn_id)
+
+    with pytest.raises(CrewConfigurationError, match=r"^Connection 'r' is not defined for the api-server\.$"):
+        receiver_config(missing, "r", where="for the api-server")
+    with pytest.raises(CrewConfigurationError, match=r"^The connection is not defined where this runs\.$"):
+        receiver_config(missing, "r", name_connection=False)
+    keyless = SimpleNamespace(host="http://127.0.0.1:8080", password="", port=None, schema=None)
+    with pytest.raises(CrewConfigurationError, match=r"^The connection has no key"):
+        receiver_config(lambda conn_id: keyless, "r", name_connection=False)
+    good = SimpleNamespace(host="http://127.0.0.1:8080", password=KEY, port=None, schema=None)
+    assert receiver_config(lambda conn_id: good, "r") == ReceiverConfig("http://127.0.0.1:8080", (KEY,))
 
 
 def test_the_health_proof_and_the_run_tokens_use_keys_derived_apart():
@@ -204,3 +228,27 @@ def test_the_health_check_refuses_a_proof_under_another_key(monkeypatch, version
         ),
     )
     assert CrewWebhookReceiverHook._ask_health(CrewWebhookReceiverHook().config) == (True, "")
+
+
+def test_the_event_stream_subscription_names_the_task_instance_and_carries_its_own_token(monkeypatch):
+    from airflow_provider_crew.crew_events import SUBSCRIBED_EVENTS
+    from airflow_provider_crew.hooks.webhook_receiver import EVENTS_TOKEN_KEY_PURPOSE
+
+    receiver_env(monkeypatch)
+    streaming = CREW.model_copy(update={"wake_by_webhook": True, "event_stream": True})
+    wake = CrewWebhookReceiverHook().addresses(task_instance("crew/dag", "review.round_1", 3), streaming)
+    subscription = wake.event_stream
+    assert subscription is not None
+    body = subscription.to_wire()
+    token = run_token(KEY, "crew/dag", RUN, EVENTS_TOKEN_KEY_PURPOSE)
+    assert body == {
+        "events": list(SUBSCRIBED_EVENTS),
+        "url": "https://airflow.example.test/base/crew-webhooks/v1/events/crew%2Fdag/"
+        "manual__2026-11-24T02%3A09%3A28.215668%2B00%3A00/review.round_1/3",
+        "realtime": False,
+        "authentication": {"strategy": "bearer", "token": token},
+    }
+    # Its own token: the completion address's (in a query string a proxy may log) does not post events.
+    assert token != run_token(KEY, "crew/dag", RUN) and token not in body["url"]
+    assert token not in repr(wake) and token not in repr(subscription)
+    assert CrewWebhookReceiverHook().addresses(task_instance(), CREW).event_stream is None

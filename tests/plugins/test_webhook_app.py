@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -225,7 +226,11 @@ def test_the_address_the_hook_builds_is_accepted(client, database):
     from airflow_provider_crew.connection import CrewConnectionConfig
 
     crew = CrewConnectionConfig(base_url="https://crew.example.test", token="t", safety_poll_interval=300)
-    address = urlsplit(CrewWebhookReceiverHook().addresses(DAG, RUN, crew).crew_webhook_url)
+    address = urlsplit(
+        CrewWebhookReceiverHook()
+        .addresses(SimpleNamespace(dag_id=DAG, run_id=RUN, task_id="kickoff", map_index=-1), crew)
+        .crew_webhook_url
+    )
     path = address.path.removeprefix("/crew-webhooks")
     response = client.post(f"{path}?{address.query}", content=b'{"kickoff_id": "k-1"}')
     assert response.status_code == 202 and database[0]["find"] == [(DAG, RUN, "k-1", "crew")]

@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -79,7 +80,8 @@ def database(monkeypatch):
 @pytest.fixture
 def address(webhook_plugin, database) -> str:
     """The run's completion address as the hook builds it, pointing at the served plugin."""
-    url = CrewWebhookReceiverHook().addresses(DAG, RUN, CREW).crew_webhook_url
+    ti = SimpleNamespace(dag_id=DAG, run_id=RUN, task_id="kickoff", map_index=-1)
+    url = CrewWebhookReceiverHook().addresses(ti, CREW).crew_webhook_url
     assert url.startswith(f"{webhook_plugin}/crew-webhooks/v1/crew/")
     assert parse_qs(urlsplit(url).query) == {"token": [run_token(RECEIVER_KEY, DAG, RUN)]}
     return url
