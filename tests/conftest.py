@@ -68,7 +68,7 @@ def _forget_what_a_process_learned():
 
 def loop_session() -> aiohttp.ClientSession | None:
     """The running loop's shared aiohttp session (the hook's async transport), if it has one."""
-    from airflow_provider_crew.hooks.client.transport import SHARED_SESSIONS
+    from airflow_provider_crew.hooks.loop_connection import SHARED_SESSIONS
 
     entry = SHARED_SESSIONS.get(asyncio.get_running_loop())
     return None if entry is None else entry[0]
@@ -76,7 +76,7 @@ def loop_session() -> aiohttp.ClientSession | None:
 
 async def close_shared_sessions() -> None:
     """Close the running loop's shared aiohttp session now, as the end of the loop would."""
-    from airflow_provider_crew.hooks.client.transport import SHARED_SESSIONS
+    from airflow_provider_crew.hooks.loop_connection import SHARED_SESSIONS
 
     entry = SHARED_SESSIONS.get(asyncio.get_running_loop())
     if entry is not None:

@@ -2,7 +2,7 @@
 
 The hook reads the ``crew`` connection (:mod:`airflow_provider_crew.connection`) and sends the
 contract's calls through :mod:`.client`. A triggerer may hold thousands of waits in one event loop:
-their async reads share, per loop, the connection (:mod:`.loop_connection`) and one aiohttp session.
+their async reads share, per loop, the connection and one aiohttp session (:mod:`.loop_connection`).
 The client, the models and the connection's validation are imported where a request is made: a DAG
 file imports the hook with the operators and never sends one.
 """
@@ -22,7 +22,7 @@ from airflow_provider_crew.connection_form import (
     connection_form_widgets,
 )
 from airflow_provider_crew.exceptions import CrewAuthenticationError, CrewError, CrewTransportError
-from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection
+from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection, shared_session
 
 if TYPE_CHECKING:
     import requests
@@ -142,7 +142,7 @@ class CrewHook(BaseHook):
         from airflow_provider_crew.hooks.client.transport import AsyncTransport
 
         policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
-        return await asend_with_retries(AsyncTransport().send, policy)
+        return await asend_with_retries(AsyncTransport(shared_session()).send, policy)
 
     def _post(
         self,

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from airflow_provider_crew import __version__
 from airflow_provider_crew._compat import AirflowNotFoundException, BaseHook
-from airflow_provider_crew.connection import CrewConnectionConfig, CrewConnectionError, normalise_base_url
+from airflow_provider_crew.connection import CrewConnectionConfig
 from airflow_provider_crew.connection_form import (
     DEFAULT_RECEIVER_CONN_ID,
     RECEIVER_CONN_TYPE,
@@ -35,6 +35,7 @@ from airflow_provider_crew.connection_form import (
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.client.request import USER_AGENT
 from airflow_provider_crew.models import EventSubscription, HumanInputWebhook
+from airflow_provider_crew.urls import CrewConnectionError, normalise_base_url
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """One attempt of a request under its :class:`Limits`: sync (``requests``) or async (``aiohttp``).
 
-A task's calls go through :class:`SyncTransport`; the triggers' through :class:`AsyncTransport`,
-with one ``aiohttp`` session per event loop. Each follows only the redirects :func:`redirect_target`
-allows and reports the answer or how far it got before failing (:class:`~.response.TransportFailure`);
-:mod:`.retry` decides what comes next.
+A task's calls go through :class:`SyncTransport` with the hook's ``requests`` session; the triggers'
+through :class:`AsyncTransport` with their event loop's ``aiohttp`` session (:mod:`..loop_connection`).
+Each follows only the redirects :func:`redirect_target` allows and reports the answer or how far it got
+before failing (:class:`~.response.TransportFailure`); :mod:`.retry` decides what comes next.
 
 Both hold an answer to the same :class:`Limits`, so a hostile service costs one request, never the
 triggerer that reads every DAG's waits (docs/reliability.md, "Hostile or broken services"). The HTTP
@@ -17,13 +17,11 @@ from __future__ import annotations
 import asyncio
 import http.client
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
-from airflow_provider_crew.connection import DEFAULT_PORTS
 from airflow_provider_crew.connection_form import CONN_FIELDS, HOST_LABEL
 from airflow_provider_crew.exceptions import CrewRedirectError, CrewResponseTooLargeError
 from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING, Call
@@ -35,6 +33,7 @@ from airflow_provider_crew.hooks.client.response import (
     setting,
     unreadable,
 )
+from airflow_provider_crew.urls import DEFAULT_PORTS
 
 if TYPE_CHECKING:
     # Imported where used: a DAG file that imports an operator or sensor needs them only when a
@@ -278,7 +277,7 @@ class SyncTransport:
         return Response(raw.status_code, raw.headers, body.finish())
 
 
-# -- async: aiohttp, the session shared per event loop ------------------------------------------------
+# -- async: aiohttp -------------------------------------------------------------------------------------
 
 
 def classify_aiohttp_error(error: BaseException) -> Came:
@@ -292,59 +291,16 @@ def classify_aiohttp_error(error: BaseException) -> Came:
     return Came.LOST
 
 
-# One aiohttp session per event loop, shared by every trigger in a triggerer: measured here a
-# shared session costs ~170 µs CPU per poll against ~660 µs for a new session per poll. Each entry
-# holds the task that closes its session when the loop ends (the loop keeps only a weak reference).
-SHARED_SESSIONS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, asyncio.Task[None]]
-] = weakref.WeakKeyDictionary()
-
-
-async def _close_when_the_loop_ends(session: aiohttp.ClientSession) -> None:
-    """Wait until cancelled, then close ``session`` and forget it.
-
-    ``asyncio.run`` (the triggerer, ``airflow dags test``) and pytest's loop runner cancel the
-    tasks left when their main coroutine ends: this is how the shared session gets closed inside
-    its own loop, instead of being found unclosed ("Unclosed client session") after the loop is gone.
-    Forgetting it matters too: the session refers to its loop, so an entry left in the weak-keyed
-    map would keep the loop, its connector and the session alive until the process ends.
-    """
-    loop = asyncio.get_running_loop()
-    try:
-        await asyncio.Event().wait()
-    finally:
-        entry = SHARED_SESSIONS.get(loop)
-        if entry is not None and entry[0] is session:
-            del SHARED_SESSIONS[loop]
-        await session.close()
-
-
-def shared_session() -> aiohttp.ClientSession:
-    """The running loop's shared session, created on first use and closed when the loop ends."""
-    loop = asyncio.get_running_loop()
-    entry = SHARED_SESSIONS.get(loop)
-    if entry is None or entry[0].closed:
-        import aiohttp
-
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30),
-            raise_for_status=False,
-        )
-        closer = loop.create_task(
-            _close_when_the_loop_ends(session), name="airflow-provider-crew: close the shared session"
-        )
-        entry = SHARED_SESSIONS[loop] = (session, closer)
-    return entry[0]
-
-
 class AsyncTransport:
-    """Sends GET attempts with the loop's shared aiohttp session (kickoff and resume stay sync)."""
+    """Sends GET attempts with ``aiohttp`` (the event loop's shared session; kickoff and resume stay sync)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
 
     async def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
         """One attempt of ``call``, following allowed redirects, read whole under ``limits``."""
         import aiohttp
 
-        session = shared_session()
         started = time.monotonic()
         url = call.url
         try:
@@ -356,7 +312,7 @@ class AsyncTransport:
                 # aiohttp's per-read time-out would add a timer per read: one per request costs less
                 # on the triggerer's loop, where every poll of every wait runs.
                 timeout = aiohttp.ClientTimeout(total=left, sock_connect=limits.connect_timeout)
-                async with session.request(
+                async with self.session.request(
                     call.method,
                     url,
                     headers=call.headers,

@@ -37,6 +37,7 @@ from airflow_provider_crew.hooks.client.transport import (
     describe_size,
     redirect_target,
 )
+from airflow_provider_crew.hooks.loop_connection import shared_session
 from airflow_provider_crew.testing.faults import gzip_bomb_body
 from tests.conftest import close_shared_sessions
 
@@ -81,7 +82,7 @@ def server():
 
 async def _send_async(c: Call, limits: Limits) -> Response | TransportFailure:
     try:
-        return await AsyncTransport().send(c, limits)
+        return await AsyncTransport(shared_session()).send(c, limits)
     finally:
         await close_shared_sessions()
 
