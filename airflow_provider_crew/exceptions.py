@@ -2,9 +2,9 @@
 service said, never the token.
 
 Every error the provider raises is defined here, with one exception: a wrong ``crew`` connection
-setting is :class:`airflow_provider_crew.connection.CrewConnectionError`, defined beside the
-validation that raises it because that module imports nothing of Airflow (the provider metadata
-reads it); the hook turns it into :class:`CrewConfigurationError` before any task sees it.
+setting is :class:`airflow_provider_crew.urls.CrewConnectionError`, defined beside the address
+checks that raise it first because that module imports nothing of Airflow (the provider metadata
+reads the connection's form); the hook turns it into :class:`CrewConfigurationError` before any task sees it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -120,14 +121,20 @@ def test_a_request_body_is_printed_as_plain_text_and_the_crews_output_verbatim()
             },
         }
     )
+    round_2 = SimpleNamespace(
+        round_number=2,
+        round_task_ids=["round_1", "round_2", "round_3"],
+        inputs={"topic": "data contracts"},
+        response_timeout=None,
+        approve_on_timeout=False,
+    )
     markdown = review_body(
+        round_2,
         "k-1",
         status,
         [{"round": 1, "answer": "Request changes", "feedback": "a | b", "applied": True}],
-        round_number=2,
-        total_rounds=3,
-        inputs={"topic": "data contracts"},
         retried=True,
+        stops_crew=False,
     )
     assert "**" in markdown and "### " in markdown and "`k-1`" in markdown  # what the UI renders
 

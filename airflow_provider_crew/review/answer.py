@@ -74,8 +74,8 @@ def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:
     """Wait in the triggerer for the answer to this task instance's request, as it stands.
 
     The request is not written again, so an answer it already holds is kept: Airflow clears the
-    answer when a try writes the request again. The answer is held back until the deferring
-    process's exit is surely handled. Needs Airflow 3.1+. Parameters as for :func:`ask`.
+    answer when a try writes the request again (a task cannot read a request's answer on Airflow
+    3.3; a trigger can). Needs Airflow 3.1+. Parameters as for :func:`ask`.
     """
     from airflow.sdk.timezone import utcnow
 
@@ -148,11 +148,10 @@ class CrewReviewAnswerTrigger(HITLTrigger):
     Wait for a review answer in the triggerer: every round's wait on Airflow 3.1-3.2; on 3.3+ only a
     retried round's, which collects the answer to the request an earlier try wrote.
 
-    Airflow's ``HITLTrigger``, holding the answer back: a reviewer can answer within a second of the
-    request appearing, and an event that resumes the task before the scheduler has handled the exit
-    of the process that deferred gets the task failed (apache/airflow#67287).
+    Airflow's ``HITLTrigger``, holding back an answer given within seconds of the request: Airflow's
+    stale executor-event race (:mod:`~airflow_provider_crew.waiting.race`).
 
-    :param not_before: Epoch seconds before which no event is fired (when that exit is surely handled).
+    :param not_before: Epoch seconds before which no event is fired (the race's bound).
     :param kwargs: ``HITLTrigger``'s own arguments.
     """
 

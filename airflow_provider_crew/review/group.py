@@ -110,9 +110,6 @@ def crew_human_review(
     :param stop_crew: As on every crew task, and also when a round's ``response_timeout`` passes
         without ``approve_on_timeout`` (nobody will answer that pause). ``None`` (the review owns the
         wait) stops the execution; ``False`` leaves it running (paused, to resume by hand).
-    :param max_tokens: As on every crew task: the execution's cap across every round. A round whose
-        execution already reached it sends no answer; a wait that reads it stops the execution.
-    :param max_cost: As on every crew task.
     """
     require_human_in_the_loop(NEEDS_3_1)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:

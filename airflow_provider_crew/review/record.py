@@ -100,10 +100,10 @@ def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
 
 
 # -- what a round keeps for its retry -------------------------------------------------------------------
-# Airflow can fail a round around its answer (apache/airflow#72716), and the task state store (3.3+)
+# Airflow can fail a round around its answer (waiting/race.py), and the task state store (3.3+)
 # outlives a try: a round keeps there what it asked about, so that a retry collects the answer given
 # to that request instead of asking again, and the answer it sends (operators.paid_post), so that a
-# retry returns its record (docs/human-review.md, "Airflow's stale executor-event race").
+# retry returns its record.
 APPLIED_RECORD_KEY = "crew_review_applied"
 ASKED_RECORD_KEY = "crew_review_asked"
 COUNTED_RECORD_KEY = "crew_review_counted"
@@ -151,9 +151,8 @@ class RoundRetry:
         """Count this answer (``None``: nobody answered) in the metrics, asked at ``asked_at``, unless an
         earlier try did: a retry that collects the answer an earlier try took does not count it again.
 
-        Not when the record cannot be written: on 3.3 that is a try Airflow has already ended (the
-        answer landed before the scheduler handled the parking, apache/airflow#72716: "Task instance
-        not found"), whose retry collects the answer and counts it.
+        Not when the record cannot be written: on 3.3 that is a try Airflow has already ended
+        (:mod:`~airflow_provider_crew.waiting.race`), whose retry collects the answer and counts it.
         """
         taken = str(given["responded_at"]) if given else "nobody answered"
         try:

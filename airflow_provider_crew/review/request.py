@@ -26,31 +26,28 @@ OUTPUT_BODY_LIMIT = 20_000
 
 
 def review_body(
+    task: Any,
     kickoff_id: str,
     status: CrewStatus,
     earlier: Sequence[RoundRecord],
     *,
-    round_number: int,
-    total_rounds: int,
-    inputs: Any = None,
-    response_timeout: timedelta | None = None,
-    approve_on_timeout: bool = False,
-    retried: bool = False,
-    stops_crew: bool = False,
+    retried: bool,
+    stops_crew: bool,
 ) -> str:
     """The Markdown the reviewer reads, one section after another: why it asks, the output, inputs,
-    progress, earlier rounds (``earlier``: their records), how to answer. ``retried``: an earlier try
-    of this round ended without an answer applied; ``stops_crew``: no answer in time stops the
-    execution (``stop_crew`` and the connection's ``stop_executions``) rather than leaving it paused.
+    progress, earlier rounds (``earlier``: their records), how to answer. ``task``: the round;
+    ``retried``: an earlier try of this round ended without an answer applied; ``stops_crew``: no
+    answer in time stops the execution (``stop_crew`` and the connection's ``stop_executions``) rather
+    than leaving it paused.
     """
     sections = [
-        _header(kickoff_id, crew_task_name(status), round_number, total_rounds),
+        _header(task, kickoff_id, crew_task_name(status)),
         _asked_again(earlier, retried),
         _output(status),
-        _inputs(inputs),
+        _inputs(task.inputs),
         _progress(status),
         _earlier_rounds(earlier),
-        _how_to_answer(round_number, total_rounds, response_timeout, approve_on_timeout, stops_crew),
+        _how_to_answer(task, stops_crew),
     ]
     return "\n".join(line for section in sections for line in section)
 
@@ -66,10 +63,10 @@ def crew_task_name(status: CrewStatus) -> str:
 # nothing to say.
 
 
-def _header(kickoff_id: str, crew_task: str, round_number: int, total_rounds: int) -> list[str]:
+def _header(task: Any, kickoff_id: str, crew_task: str) -> list[str]:
     return [
-        f"**Review round {round_number} of {total_rounds}**: crew execution `{kickoff_id}` waits for your "
-        f"review of task **{_inline(crew_task)}**.",
+        f"**Review round {task.round_number} of {len(task.round_task_ids)}**: crew execution "
+        f"`{kickoff_id}` waits for your review of task **{_inline(crew_task)}**.",
         "",
     ]
 
@@ -114,13 +111,8 @@ def _earlier_rounds(earlier: Sequence[RoundRecord]) -> list[str]:
     return [*lines, ""]
 
 
-def _how_to_answer(
-    round_number: int,
-    total_rounds: int,
-    response_timeout: timedelta | None,
-    approve_on_timeout: bool,
-    stops_crew: bool,
-) -> list[str]:
+def _how_to_answer(task: Any, stops_crew: bool) -> list[str]:
+    round_number, total_rounds = task.round_number, len(task.round_task_ids)
     if round_number == total_rounds:
         request_changes = (
             f"- **{REQUEST_CHANGES}**: this is the last review round, so the feedback is *not* sent: the "
@@ -136,7 +128,7 @@ def _how_to_answer(
         "",
         f"- **{APPROVE}**: the crew continues (feedback optional, added as context).",
         request_changes,
-        f"- {_timeout_text(response_timeout, approve_on_timeout, stops_crew)}",
+        f"- {_timeout_text(task.response_timeout, task.approve_on_timeout, stops_crew)}",
     ]
 
 

@@ -171,12 +171,8 @@ class CrewReviewRoundOperator(ReviewTaskBase):
     # -- asking the reviewer --------------------------------------------------------------------
 
     def _ask(self, context: Context, kept: RoundRetry, status: CrewStatus) -> NoReturn:
-        """Write this round's request and wait for the answer without a worker slot.
-
-        When an earlier try asked about this very pause, the request Airflow holds is left as it is
-        and the answer given to it, if any, is collected once the triggerer reads it (a task cannot
-        read a request's answer on Airflow 3.3; a trigger can). If there is none, the request stays
-        open as it was.
+        """Write this round's request and wait for the answer without a worker slot; when an earlier
+        try asked about this very pause, collect the answer to the request it wrote (:func:`.answer.collect`).
         """
         written = self._write_request(context, kept.kickoff_id, status)
         resume_with = self._resume_kwargs(
@@ -209,14 +205,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         subject = self.subject.replace("{task}", crew_task)
         total_rounds = len(self.round_task_ids)
         body = request.review_body(
+            self,
             kickoff_id,
             status,
             self._rounds_before(context, self.round_task_ids[: self.round_number - 1]),
-            round_number=self.round_number,
-            total_rounds=total_rounds,
-            inputs=self.inputs,
-            response_timeout=self.response_timeout,
-            approve_on_timeout=self.approve_on_timeout,
             retried=try_number(context) > 1,
             stops_crew=self._stops_crew() and CrewHook(crew_conn_id=self.crew_conn_id).config.stop_executions,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -37,8 +38,11 @@ def paused(
 def body(
     earlier: list[dict[str, Any]] | None = None, *, status: CrewStatus | None = None, **kwargs: Any
 ) -> str:
-    kwargs = {"round_number": 2, "total_rounds": 3, "inputs": INPUTS} | kwargs
-    return review_body(KICKOFF_ID, status or paused(), earlier or [], **kwargs)
+    """The request of a round of 3 (round 2 unless told), with only the round's settings it reads."""
+    settings = {"round_number": 2, "inputs": INPUTS, "response_timeout": None, "approve_on_timeout": False}
+    flags = {"retried": kwargs.pop("retried", False), "stops_crew": kwargs.pop("stops_crew", False)}
+    task = SimpleNamespace(round_task_ids=["round_1", "round_2", "round_3"], **(settings | kwargs))
+    return review_body(task, KICKOFF_ID, status or paused(), earlier or [], **flags)
 
 
 # -- the request ----------------------------------------------------------------------------------
