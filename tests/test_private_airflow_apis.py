@@ -47,7 +47,7 @@ PRIVATE_APIS: dict[str, str] = {
         "plugins/airflow_db.py: xcom_model, xcom_decoder, task_xcoms, run_xcoms, of_task_instance (for "
         "plugins/crew_views_data.py: _xcom_value, _task_xcoms, _review_request, _window)"
     ),
-    "airflow.models.xcom.XComModel.set": (
+    "airflow.models.xcom.XComModel (a row written)": (
         "plugins/airflow_db.py: set_task_xcom, lock_task_instance, run_key_xcoms (for "
         "plugins/event_receiver.py: add_events; plugins/crew_views_events.py: crew_activity)"
     ),
@@ -261,13 +261,19 @@ def test_xcom_model_columns_and_decoding():
     )
 
 
-def test_xcom_model_set_takes_what_the_event_receiver_passes():
-    """The api-server keeps a task instance's events as its XCom ``crew_events`` (the event stream)."""
-    name = "airflow.models.xcom.XComModel.set"
+def test_an_xcom_row_is_written_as_the_execution_api_writes_it():
+    """The api-server keeps a task instance's events as its XCom ``crew_events`` (the event stream): a
+    row of these columns, its value the JSON as it is, and the task instance's run found by its
+    ``dag_run`` relationship."""
+    name = "airflow.models.xcom.XComModel (a row written)"
     model = attribute(imported("airflow.models.xcom", name), "XComModel", name)
-    setter = attribute(model, "set", name)
-    passed = ("key", "value", "dag_id", "task_id", "run_id", "map_index", "session")
-    assert not not_taking(setter, *passed), changed(name, f"changed ({inspect.signature(setter)})")
+    written = {"dag_run_id", "key", "value", "run_id", "task_id", "dag_id", "map_index"}
+    names = orm_names(model)
+    assert written <= names, changed(name, f"has no column {sorted(written - names)}")
+    task_instance = attribute(imported("airflow.models.taskinstance", name), "TaskInstance", name)
+    assert "dag_run" in orm_names(task_instance) or hasattr(task_instance, "dag_run"), changed(
+        name, "TaskInstance has no dag_run relationship"
+    )
 
 
 def test_rendered_task_instance_fields_columns():

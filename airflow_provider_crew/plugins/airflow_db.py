@@ -286,10 +286,24 @@ def lock_task_instance(db: Any, dag_id: str, run_id: str, task_id: str, map_inde
 
 def set_task_xcom(db: Any, ti: Any, key: str, value: Any) -> None:
     """Store ``value`` (JSON) as the task instance's XCom ``key``, replacing the one stored: Airflow
-    deletes it with the task instance's XComs when a new try starts, and with the DAG run."""
-    xcom_model().set(
-        key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index, session=db
-    )
+    deletes it with the task instance's XComs when a new try starts, and with the DAG run.
+
+    Stored as a task's own push is (the execution API's row: the JSON as it is), so that ``xcom_pull``,
+    the REST API and the UI read it as they read the task's: ``XComModel.set`` encodes the value to
+    text first, which Airflow 3.0's REST API then returns as text.
+    """
+    from sqlalchemy import delete
+
+    XCom = xcom_model()
+    row = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "key": key,
+    }
+    db.execute(delete(XCom).where(*(getattr(XCom, column) == named for column, named in row.items())))
+    db.add(XCom(dag_run_id=ti.dag_run.id, value=value, **row))
 
 
 def run_key_xcoms(db: Any, dag_id: str, run_id: str, key: str) -> list[Any]:
