@@ -157,3 +157,21 @@ def test_model_calls_wake_only_the_waits_whose_budget_they_reach(plugin, monkeyp
     assert answer.json()["waking"] == 1
     wait_until(lambda: len(woken) == 1, timeout=5, message="the wake applied")
     assert woken[0].ti_id == "ti-1"
+
+
+def test_kept_events_and_refused_deliveries_are_counted(plugin, monkeypatch):
+    from airflow_provider_crew import metrics
+
+    counted: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(
+        metrics, "count", lambda name, value=1, /, **tags: counted.append((name, value, tags))
+    )
+    client = plugin[0]
+    deliver(client, [event(1, "task_started"), event(2, "task_completed"), event(1, "task_started")])
+    deliver(client, [event(3, "task_started")], token="wrong")
+    deliver(client, b"not json")
+    assert counted == [
+        ("crew.events.received", 2, {"dag_id": DAG}),
+        ("crew.events.rejected", 1, {"reason": "unauthorized"}),
+        ("crew.events.rejected", 1, {"reason": "malformed"}),
+    ]
