@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_crew.exceptions import CrewConfigurationError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.hooks.webhook_receiver import run_token
+from airflow_provider_crew.hooks.webhook_receiver import EVENTS_TOKEN_KEY_PURPOSE, run_token
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
@@ -167,6 +167,43 @@ def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_
 
     after = crew_service.executions[kickoff_id]["webhooks"]["crew"]
     assert parse_qs(urlsplit(after).query)["token"] == [run_token(RECEIVER_KEY, "wake_dag", RUN_ID)]  # again
+
+
+def test_a_kickoff_and_a_resume_subscribe_to_the_event_stream_each_with_its_own_task_instance(
+    crew_service, webhook_plugin, monkeypatch
+):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CREW_REVIEW",
+        crew_service.connection_json(
+            crew="review", wake_by_webhook=True, event_stream=True, status_path_style="contract"
+        ),
+    )
+    ti = FakeTI()
+    ti.task_id = "kickoff"  # type: ignore[attr-defined]
+    kickoff_id = CrewKickoffOperator(
+        task_id="kickoff",
+        crew_conn_id="crew_review",
+        inputs={"topic": "tides", "audience": "engineers"},
+        wait_for_completion=False,
+        human_input_webhook_conn_id="crew_webhook_receiver",
+    ).execute({"ti": ti})
+    events = f"{webhook_plugin}/crew-webhooks/v1/events/wake_dag/{quote(RUN_ID, safe='')}"
+    subscribed = crew_service.executions[kickoff_id]["event_webhooks"]
+    assert subscribed["url"] == f"{events}/kickoff/-1" and "crew_kickoff_failed" in subscribed["events"]
+    paused = crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)
+    ti.task_id = "approve"  # type: ignore[attr-defined]
+    CrewResumeOperator(
+        task_id="approve",
+        crew_conn_id="crew_review",
+        kickoff_id=kickoff_id,
+        crew_task_id=paused["paused_task_id"],
+        is_approve=True,
+    ).execute({"ti": ti})
+    assert crew_service.executions[kickoff_id]["event_webhooks"]["url"] == f"{events}/approve/-1"
+    # The run's events token is sent as bearer, never kept where a task's data is.
+    token = run_token(RECEIVER_KEY, "wake_dag", RUN_ID, EVENTS_TOKEN_KEY_PURPOSE)
+    assert token not in json.dumps(crew_service.executions[kickoff_id], default=str)
+    assert token not in json.dumps(ti.xcom, default=str)
 
 
 def test_wake_is_off_and_says_why_once_when_the_receiver_is_not_defined(
