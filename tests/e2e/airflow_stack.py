@@ -485,10 +485,16 @@ def running_stack(
     env: Mapping[str, str],
     dag_ids: Sequence[str],
     components: Sequence[str] = COMPONENTS,
+    env_for: Callable[[AirflowStack], Mapping[str, str]] | None = None,
 ) -> Iterator[AirflowStack]:
     """A migrated stack running ``components``, once its DAGs ``dag_ids`` are parsed; stopped on exit,
-    with each component's log tail printed when the setup or the tests fail."""
+    with each component's log tail printed when the setup or the tests fail.
+
+    :param env_for: More settings, from the stack before it starts (e.g. a connection to its address).
+    """
     airflow = AirflowStack(home, dags_folder, env)
+    if env_for is not None:
+        airflow.env.update(env_for(airflow))
     airflow.patience = 60.0
     try:
         airflow.migrate()

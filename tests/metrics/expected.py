@@ -25,6 +25,8 @@ NAME_VARIABLES: dict[str, tuple[str, ...]] = {
     "crew.execution.left_running": ("dag_id", "task_id"),
     "crew.execution.cost": ("dag_id", "task_id"),
     "crew.execution.over_budget": ("dag_id", "task_id"),
+    "crew.events.received": ("dag_id",),
+    "crew.events.rejected": ("reason",),
 }
 ALERTS = ("crew.execution.over_budget", "crew.paid_post.unknown_outcome", "crew.execution.left_running")
 REVIEW_METRICS = ("crew.review.round", "crew.review.response_time")  # human-in-the-loop: Airflow 3.1+

@@ -79,6 +79,18 @@ CREWS = [
 # Prices on these crews' connections, per million tokens: their ends count crew.execution.cost.
 PRICED = {"blocking", "over_budget"}
 PRICES = {"input_price": 3.0, "output_price": 15.0}
+# The blocking kickoff's crew posts its event stream to the api-server (crew.events.received); its wait
+# does not defer, so the wake that the stream rides on changes nothing else of it.
+EVENT_STREAMS = {"blocking": {"wake_by_webhook": True, "event_stream": True}}
+RECEIVER_KEY = "metrics-receiver-key-" + "k" * 20
+
+
+def receiver_connection(airflow: AirflowStack) -> dict[str, str]:
+    """The webhook receiver connection: the api-server's address as the crews reach it."""
+    receiver = {"conn_type": "crew_webhook_receiver", "host": airflow.base_url, "password": RECEIVER_KEY}
+    return {"AIRFLOW_CONN_CREW_WEBHOOK_RECEIVER": json.dumps(receiver)}
+
+
 NO_STOP_CREWS = [crew("no_stop", 60, 2)]  # on a service without POST /stop
 DAG_IDS = [f"metrics_{spec['name']}" for spec in CREWS + NO_STOP_CREWS]
 
@@ -149,9 +161,9 @@ def metrics_stack(
         env = {**metadata_database(stack), **FAST_SETTLE, **metrics_env}
         env["PYTHONPATH"] = os.pathsep.join([str(AIRFLOW_PATH), env["PYTHONPATH"]])
         for spec in CREWS:
-            prices = PRICES if spec["name"] in PRICED else {}
+            extras = {**(PRICES if spec["name"] in PRICED else {}), **EVENT_STREAMS.get(spec["name"], {})}
             env.update(
-                main.connection_env(f"crew_{spec['name']}", crew=spec["name"], retry_delay=0.2, **prices)
+                main.connection_env(f"crew_{spec['name']}", crew=spec["name"], retry_delay=0.2, **extras)
             )
         env.update(no_stop.connection_env("crew_no_stop", crew="no_stop"))
         review = None
@@ -168,7 +180,7 @@ def metrics_stack(
                 }
             )
         dag_ids = DAG_IDS + ([REVIEW_DAG] if review else [])
-        with running_stack(tmp / "home", dags, env, dag_ids) as airflow:
+        with running_stack(tmp / "home", dags, env, dag_ids, env_for=receiver_connection) as airflow:
             # A sample is named by its sender when it is read: one received before this still is.
             senders.components.update({p.pid: name for name, p in airflow.processes.items()})
             yield airflow, Services(main, no_stop, review)
@@ -270,6 +282,14 @@ def play_user_and_gateway(
         json={"new_state": "failed"},
         idempotent=True,
     )
+    # A forged event delivery (not the run's token): the api-server refuses it (crew.events.rejected).
+    forged = requests.post(
+        f"{airflow.base_url}/crew-webhooks/v1/events/{marked.dag_id}/{quote(marked.run_id, safe='')}/{TASK}/-1",
+        json={"events": []},
+        headers={"Authorization": "Bearer forged"},
+        timeout=30,
+    )
+    assert forged.status_code == 401, forged.text
     return armed, tab_read
 
 
