@@ -60,6 +60,11 @@ RUN_TOKEN_KEY_PURPOSE = b"crew-wake run-token v1"
 EVENTS_TOKEN_KEY_PURPOSE = b"crew-events run-token v1"
 #: The path of the event stream's deliveries, under the plugin's version.
 EVENTS = "events"
+#: The query parameter with which a subscription asks the receiver to keep model responses (the crew
+#: connection's ``event_stream_content``); the address is built by the task, behind the run's token.
+CONTENT_PARAMETER = "content"
+# The longest token looked at: a run's token is 43 characters.
+MAX_TOKEN_LENGTH = 256
 
 
 def derived_key(key: str, purpose: bytes) -> bytes:
@@ -91,6 +96,20 @@ def token_matches(
     for key in keys:
         matched |= hmac.compare_digest(run_token(key, dag_id, run_id, purpose), token)
     return matched
+
+
+def usable_token(token: str | None) -> str | None:
+    """``token`` when it can be a run's token (present, ASCII, at most :data:`MAX_TOKEN_LENGTH`), else
+    None: such a request is refused as a wrong token is."""
+    if not token or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
+        return None
+    return token
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The bearer token of an ``Authorization`` header's value, when it can be a run's token."""
+    scheme, _, value = authorization.partition(" ")
+    return usable_token(value.strip()) if scheme.lower() == "bearer" else None
 
 
 def key_check(key: str, nonce: str) -> str:
@@ -231,13 +250,14 @@ class CrewWebhookReceiverHook(BaseHook):
         from airflow_provider_crew.crew_events import SUBSCRIBED_EVENTS
 
         ti = task_instance
-        url, _ = self._address(EVENTS, ti.dag_id, ti.run_id)
-        task = f"{quote(ti.task_id, safe='')}/{-1 if ti.map_index is None else ti.map_index}"
-        token = run_token(self.config.keys[0], ti.dag_id, ti.run_id, EVENTS_TOKEN_KEY_PURPOSE)
+        url, token = self._address(EVENTS, ti.dag_id, ti.run_id, EVENTS_TOKEN_KEY_PURPOSE)
+        url += f"/{quote(ti.task_id, safe='')}/{-1 if ti.map_index is None else ti.map_index}"
+        if crew.event_stream_content:
+            url += f"?{urlencode({CONTENT_PARAMETER: 1})}"
         return EventSubscription.model_validate(
             {
                 "events": list(SUBSCRIBED_EVENTS),
-                "url": f"{url}/{task}",
+                "url": url,
                 "realtime": crew.event_stream_realtime,
                 "authentication": {"strategy": "bearer", "token": token},
             }
@@ -250,12 +270,15 @@ class CrewWebhookReceiverHook(BaseHook):
             {"url": url, "authentication": {"strategy": "bearer", "token": token}}
         )
 
-    def _address(self, kind: str, dag_id: str, run_id: str) -> tuple[str, str]:
-        """The plugin's address for ``kind`` webhooks of the run, under the base URL, and the run's token."""
+    def _address(
+        self, kind: str, dag_id: str, run_id: str, purpose: bytes = RUN_TOKEN_KEY_PURPOSE
+    ) -> tuple[str, str]:
+        """The plugin's address for ``kind`` webhooks of the run, under the base URL, and the run's token
+        for ``purpose`` (:func:`run_token`)."""
         config = self.config
         parts = urlsplit(config.base_url)
         url = parts._replace(path=f"{parts.path.rstrip('/')}{wake_path(kind, dag_id, run_id)}").geturl()
-        return url, run_token(config.keys[0], dag_id, run_id)
+        return url, run_token(config.keys[0], dag_id, run_id, purpose)
 
     def test_connection(self) -> tuple[bool, str]:
         """For Airflow's Test action: ask the plugin behind the address, as a worker does; wakes nothing.

@@ -34,15 +34,17 @@ from airflow_provider_crew.crew_events import (
     EventLog,
     parse_delivery,
 )
-from airflow_provider_crew.hooks.webhook_receiver import EVENTS_TOKEN_KEY_PURPOSE, token_matches
+from airflow_provider_crew.hooks.webhook_receiver import (
+    CONTENT_PARAMETER,
+    EVENTS_TOKEN_KEY_PURPOSE,
+    bearer_token,
+    token_matches,
+)
 from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.waiting.budget import Budget
 
 log = logging.getLogger(__name__)
 
-#: The query parameter with which a subscription asks to keep model responses (the connection's
-#: ``event_stream_content``); the address is built by the task, behind the run's token.
-CONTENT_PARAMETER = "content"
 # One process adds to a task instance's events at a time; across processes, the row lock does
 # (PostgreSQL, MySQL). SQLite serialises its writers itself.
 _storing = threading.Lock()
@@ -104,11 +106,11 @@ class EventReceiver:
     async def deliver(self, dag_id: str, path: str, request: Request) -> Response:
         where = task_of(path)
         config, _ = await self._keys.aget()
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if where is None or config is None or scheme.lower() != "bearer" or not token.strip().isascii():
+        token = bearer_token(request.headers.get("authorization", ""))
+        if where is None or config is None or token is None:
             return self._refused("unauthorized")
         run_id, task_id, map_index = where
-        if not token_matches(config.keys, dag_id, run_id, token.strip(), EVENTS_TOKEN_KEY_PURPOSE):
+        if not token_matches(config.keys, dag_id, run_id, token, EVENTS_TOKEN_KEY_PURPOSE):
             return self._refused("unauthorized")
         body = await self._read_body(request)  # only now: an unauthenticated sender is read no further
         if body is None:

@@ -46,9 +46,11 @@ from airflow_provider_crew.hooks.webhook_receiver import (
     KINDS,
     TOKEN_PARAMETER,
     ReceiverConfig,
+    bearer_token,
     key_check,
     receiver_config,
     token_matches,
+    usable_token,
 )
 from airflow_provider_crew.plugins import airflow_db
 from airflow_provider_crew.plugins.event_receiver import EventReceiver
@@ -66,8 +68,6 @@ KEYS_TTL_SECONDS = 60.0
 LOOKUP_DEDUP_SECONDS = 2.0
 # Database work of the plugin runs in at most this many threads at once.
 DB_THREADS = 4
-# The longest token looked at: a run's token is 43 characters.
-MAX_TOKEN_LENGTH = 256
 WOKEN_BY = {
     "crew": "the crew's completion webhook",
     "human": "the crew's human-input webhook",
@@ -262,12 +262,9 @@ def presented_token(request: Request) -> str | None:
     request gets the same 404 as a wrong token.
     """
     token = request.query_params.get(TOKEN_PARAMETER)
-    if not token:
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        token = value.strip() if scheme.lower() == "bearer" else None
-    if not token or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
-        return None
-    return token
+    if token:
+        return usable_token(token)
+    return bearer_token(request.headers.get("authorization", ""))
 
 
 def execution_of(body: bytes) -> str | None:

@@ -252,3 +252,7 @@ def test_the_event_stream_subscription_names_the_task_instance_and_carries_its_o
     assert token != run_token(KEY, "crew/dag", RUN) and token not in body["url"]
     assert token not in repr(wake) and token not in repr(subscription)
     assert CrewWebhookReceiverHook().addresses(task_instance(), CREW).event_stream is None
+    # The connection's opt-in to keep model responses rides in the address, for the receiver to read.
+    keeping = streaming.model_copy(update={"event_stream_content": True})
+    kept = CrewWebhookReceiverHook().addresses(task_instance(), keeping).event_stream
+    assert kept is not None and kept.url.endswith("/kickoff/-1?content=1")
