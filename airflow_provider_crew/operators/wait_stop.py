@@ -181,7 +181,8 @@ class CrewStopMixin:
         from airflow_provider_crew.crew_events import XCOM_CREW_EVENTS  # its models: not at DAG parse
 
         try:
-            if not CrewHook(crew_conn_id=self.crew_conn_id).config.event_stream:
+            known = self.crew_execution.config if self.crew_execution is not None else None
+            if not (known or CrewHook(crew_conn_id=self.crew_conn_id).config).event_stream:
                 return
             ti = context["ti"]
             kept = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_CREW_EVENTS, map_indexes=ti.map_index)
