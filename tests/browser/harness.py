@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,3 +166,32 @@ def new_page(browser: Browser, **context_options: Any) -> Page:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, **context_options)
     context.set_default_timeout(UI_TIMEOUT_MS)
     return context.new_page()
+
+
+#: Where :func:`serve_views` serves the plugin's pages (no Airflow behind them).
+VIEWS_BASE = "http://views.test/crew-ui"
+
+
+def serve_views(page: Page, data: Mapping[str, Any]) -> list[str]:
+    """Serve the Crew tab and the Crews page at :data:`VIEWS_BASE` as the plugin serves them, their data
+    routes answering ``data`` (path under the base -> JSON), with no stack behind them. Returns the
+    messages of the dialogs the pages open (each dismissed): a hostile value must open none.
+    """
+    import json
+
+    from airflow_provider_crew.plugins import crew_views
+
+    answers = {
+        "/task-instance/d/r/t/-1": (crew_views._PAGES["crew_tab.html"], "text/html"),
+        "/crews": (crew_views._PAGES["crews.html"], "text/html"),
+        **{path: (json.dumps(value), "application/json") for path, value in data.items()},
+    }
+
+    def fulfil(route: Any) -> None:
+        body, content_type = answers[route.request.url.split("?")[0].removeprefix(VIEWS_BASE)]
+        route.fulfill(body=body, content_type=content_type)
+
+    page.route(f"{VIEWS_BASE}/**", fulfil)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    return dialogs

@@ -8,7 +8,6 @@ import contextlib
 import json
 import secrets
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -16,9 +15,11 @@ import pytest
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from tests.browser.harness import (
     UI_TIMEOUT_MS,
+    VIEWS_BASE,
     Steps,
     log_in,
     missing_requirement,  # noqa: F401 - the skipif condition reads it
+    serve_views,
 )
 from tests.e2e.airflow_stack import FAST_SETTLE, AirflowStack, wait_for
 
@@ -130,8 +131,6 @@ def test_hostile_event_data_is_shown_as_text(steps: Steps) -> None:
     names, errors. No stack: the tab is served as the plugin serves it, its data route answers."""
     from playwright.sync_api import expect
 
-    from airflow_provider_crew.plugins import crew_views
-
     hostile = "<img src=x onerror=alert(1)>"
     call = {"at": "2026-12-01T10:00:01+00:00", "model": hostile, "tokens": 7, "error": hostile}
     tool = {"at": "2026-12-01T10:00:02+00:00", "tool": hostile, "ok": False, "error": hostile}
@@ -143,21 +142,9 @@ def test_hostile_event_data_is_shown_as_text(steps: Steps) -> None:
         "found": True, "crew_task": True, "ti_state": "running", "kickoff_id": "k-1", "live": False,
         "source": "xcom", "state": "running", "activity": activity,
     }  # fmt: skip
-    page, base = steps.page, "http://views.test/crew-ui"
-    answers: dict[str, Any] = {
-        "/task-instance/d/r/t/-1": (crew_views._PAGES["crew_tab.html"], "text/html"),
-        "/api/task-instance/d/r/t/-1": (json.dumps(tab), "application/json"),
-    }
-    page.route(
-        f"{base}/**",
-        lambda route: route.fulfill(
-            body=answers[route.request.url.split("?")[0].removeprefix(base)][0],
-            content_type=answers[route.request.url.split("?")[0].removeprefix(base)][1],
-        ),
-    )
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    page.goto(f"{base}/task-instance/d/r/t/-1")
+    page = steps.page
+    dialogs = serve_views(page, {"/api/task-instance/d/r/t/-1": tab})
+    page.goto(f"{VIEWS_BASE}/task-instance/d/r/t/-1")
     expect(page.locator("#activity")).to_contain_text(f"failed: {hostile}")
     expect(page.locator("#model-calls")).to_contain_text(hostile)
     expect(page.locator("#tool-calls")).to_contain_text(f"error: {hostile}")

@@ -29,9 +29,11 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.waiting.rules import DEFAULT_MAX_POLL_INTERVAL
 from tests.browser.harness import (
     UI_TIMEOUT_MS,
+    VIEWS_BASE,
     Steps,
     log_in,
     missing_requirement,  # noqa: F401 - the skipif condition reads it
+    serve_views,
 )
 from tests.e2e.airflow_stack import AIRFLOW_PATH, FAST_SETTLE, AirflowStack, wait_for
 
@@ -442,8 +444,6 @@ def test_hostile_budget_values_in_xcom_are_shown_as_text(steps: Steps) -> None:
     No stack: the pages are served as the plugin serves them, their data routes answer hostile values."""
     from playwright.sync_api import expect
 
-    from airflow_provider_crew.plugins import crew_views
-
     hostile = "<img src=x onerror=alert(1)>"
     tab = {
         "found": True, "crew_task": True, "ti_state": "failed", "kickoff_id": hostile, "live": False,
@@ -456,22 +456,8 @@ def test_hostile_budget_values_in_xcom_are_shown_as_text(steps: Steps) -> None:
         "counts": {"all": 1, "running": 0, "waiting": 0}, "rows": [{**row, "tokens": 10, "cost": 0.5}],
         "more": 0, "tokens_by_day": {"2026-11-28": {hostile: 10}}, "cost_by_day": days,
     }  # fmt: skip
-    page, base = steps.page, "http://views.test/crew-ui"
-    answers = {
-        "/task-instance/d/r/t/-1": (crew_views._PAGES["crew_tab.html"], "text/html"),
-        "/api/task-instance/d/r/t/-1": (json.dumps(tab), "application/json"),
-        "/crews": (crew_views._PAGES["crews.html"], "text/html"),
-        "/api/crews": (json.dumps(crews), "application/json"),
-    }
-    page.route(
-        f"{base}/**",
-        lambda route: route.fulfill(
-            body=answers[route.request.url.split("?")[0].removeprefix(base)][0],
-            content_type=answers[route.request.url.split("?")[0].removeprefix(base)][1],
-        ),
-    )
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page, base = steps.page, VIEWS_BASE
+    dialogs = serve_views(page, {"/api/task-instance/d/r/t/-1": tab, "/api/crews": crews})
     page.goto(f"{base}/task-instance/d/r/t/-1")
     expect(page.locator("#over-budget")).to_have_text(tab["over_budget"])
     expect(page.locator("dl")).to_contain_text("4,012 (cost 0.02418)")

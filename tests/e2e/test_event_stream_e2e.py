@@ -27,40 +27,34 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_crew.hooks.webhook_receiver import EVENTS_TOKEN_KEY_PURPOSE, run_token
 
 from .airflow_stack import AirflowStack, epoch, metadata_database, wait_for
+from .test_webhook_wake_e2e import crew, finish, work
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 DAG_FILE = HERE / "dags" / "crew_events.py"
-RUN_TIMEOUT = 300
 #: A failed crew's task ends within seconds of the crew's failure event: 0.4-0.9 s on an idle machine
 #: here, 5.5-6.6 s with both cores busy with other test runs (docs/webhook-wake.md). The bound leaves room
 #: for CI's load and is still far below the safety poll (300 s) that found a failure before.
 FAILURE_TO_TASK_END_SECONDS = 15.0
 
 
-def crew(name: str, *tasks: dict[str, Any], **settings: Any) -> dict[str, Any]:
-    return {"name": name, "inputs": ["topic"], "pending_seconds": 0.2, "tasks": list(tasks), **settings}
-
-
-def work(name: str, seconds: float, steps: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "agent": "Worker", "steps": steps, "step_seconds": seconds / steps, **extra}
-
-
 CREWS = [
     crew("fails_late", work("only_task", 60, steps=6, fails=True, error="model quota exhausted")),
-    crew("silent", work("only_task", 60, steps=3, fails=True), sends_events=False),
+    {**crew("silent", work("only_task", 60, steps=3, fails=True)), "sends_events": False},
     # About 25 tokens a model call: one call in 50 s, then twenty in 20 s. The status reads see
     # nothing spent until the race bound, so the wait's own schedule (300 s) holds: only the events
     # can tell that the burst reached the cap of 300 (dags/crew_events.py).
     crew("bursty", work("slow_task", 50), work("burst_task", 20, steps=20, tools=["search", "write_file"])),
-    crew(
-        "unordered",
-        work("research_task", 20, steps=4, tools=["search"]),
-        work("writing_task", 20, steps=4, tools=["write_file"], failing_tools=["write_file"]),
-        shuffle_events=True,
-        repeat_events=True,
-    ),
+    {
+        **crew(
+            "unordered",
+            work("research_task", 20, steps=4, tools=["search"]),
+            work("writing_task", 20, steps=4, tools=["write_file"], failing_tools=["write_file"]),
+        ),
+        "shuffle_events": True,
+        "repeat_events": True,
+    },
 ]
 DAGS = {"events_fail": "fails_late", "events_silent": "silent", "events_budget": "bursty"}
 DAGS["events_unordered"] = "unordered"
@@ -118,15 +112,6 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSt
             airflow.stop()
 
 
-def finish(airflow: AirflowStack, dag_id: str, run_id: str) -> str:
-    def ended() -> str | None:
-        airflow.check_alive()
-        state = airflow.dag_run_state(dag_id, run_id)
-        return state if state in ("success", "failed") else None
-
-    return wait_for(ended, timeout=RUN_TIMEOUT, what=f"{dag_id} {run_id} to end", interval=1)
-
-
 def events_url(airflow: AirflowStack, dag_id: str, run_id: str) -> str:
     return f"{airflow.base_url}/crew-webhooks/v1/events/{dag_id}/{quote(run_id, safe='')}/kickoff/-1"
 
@@ -152,7 +137,9 @@ def test_a_crew_that_fails_ends_its_task_within_seconds_of_its_failure_event(str
     assert ended is not None
     lag = ended - epoch(failed[0]["timestamp"])
     print(f"event stream e2e: a crew that failed 60 s in ended its task {lag:.1f} s after its failure event")
-    woke = [line for line in airflow.log_tail("api-server", 10**7).splitlines() if "Woke task instance" in line]
+    woke = [
+        line for line in airflow.log_tail("api-server", 10**7).splitlines() if "Woke task instance" in line
+    ]
     print(f"failure event at {failed[0]['timestamp']}; the api-server: {woke}")
     assert lag <= FAILURE_TO_TASK_END_SECONDS
     log = airflow.task_log("events_fail", run_id, "kickoff")
