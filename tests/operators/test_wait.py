@@ -140,22 +140,29 @@ def test_the_kickoff_sends_this_runs_addresses_and_keeps_them_out_of_xcom(
     )
 
 
-def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_plugin, monkeypatch):
+def kick_off_the_review_crew(
+    crew_service: object, monkeypatch: pytest.MonkeyPatch, ti: FakeTI, **extras: object
+) -> str:
+    """A kickoff of the review crew on ``crew_review`` with the wake on (and ``extras``), its pauses
+    announced to the receiver; the kickoff id."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_CREW_REVIEW",
-        crew_service.connection_json(crew="review", wake_by_webhook=True, status_path_style="contract"),
+        crew_service.connection_json(  # type: ignore[attr-defined]
+            crew="review", wake_by_webhook=True, status_path_style="contract", **extras
+        ),
     )
-    ti = FakeTI()
-    kickoff_id = CrewKickoffOperator(
+    return CrewKickoffOperator(
         task_id="kickoff",
         crew_conn_id="crew_review",
         inputs={"topic": "tides", "audience": "engineers"},
         wait_for_completion=False,
         human_input_webhook_conn_id="crew_webhook_receiver",
     ).execute({"ti": ti})
-    paused = crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)
-    ti.xcom["kickoff:webhooks"] = ti.xcom["webhooks"]  # what the resume pulls from the kickoff task
 
+
+def approve(crew_service: object, kickoff_id: str, ti: FakeTI) -> None:
+    """Resume the review crew's pause with an approval, as task ``approve``."""
+    paused = crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)  # type: ignore[attr-defined]
     CrewResumeOperator(
         task_id="approve",
         crew_conn_id="crew_review",
@@ -165,6 +172,14 @@ def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_
         is_approve=True,
     ).execute({"ti": ti})
 
+
+def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_plugin, monkeypatch):
+    ti = FakeTI()
+    kickoff_id = kick_off_the_review_crew(crew_service, monkeypatch, ti)
+    ti.xcom["kickoff:webhooks"] = ti.xcom["webhooks"]  # what the resume pulls from the kickoff task
+
+    approve(crew_service, kickoff_id, ti)
+
     after = crew_service.executions[kickoff_id]["webhooks"]["crew"]
     assert parse_qs(urlsplit(after).query)["token"] == [run_token(RECEIVER_KEY, "wake_dag", RUN_ID)]  # again
 
@@ -172,33 +187,14 @@ def test_a_resume_sends_the_runs_completion_address_again(crew_service, webhook_
 def test_a_kickoff_and_a_resume_subscribe_to_the_event_stream_each_with_its_own_task_instance(
     crew_service, webhook_plugin, monkeypatch
 ):
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CREW_REVIEW",
-        crew_service.connection_json(
-            crew="review", wake_by_webhook=True, event_stream=True, status_path_style="contract"
-        ),
-    )
     ti = FakeTI()
     ti.task_id = "kickoff"  # type: ignore[attr-defined]
-    kickoff_id = CrewKickoffOperator(
-        task_id="kickoff",
-        crew_conn_id="crew_review",
-        inputs={"topic": "tides", "audience": "engineers"},
-        wait_for_completion=False,
-        human_input_webhook_conn_id="crew_webhook_receiver",
-    ).execute({"ti": ti})
+    kickoff_id = kick_off_the_review_crew(crew_service, monkeypatch, ti, event_stream=True)
     events = f"{webhook_plugin}/crew-webhooks/v1/events/wake_dag/{quote(RUN_ID, safe='')}"
     subscribed = crew_service.executions[kickoff_id]["event_webhooks"]
     assert subscribed["url"] == f"{events}/kickoff/-1" and "crew_kickoff_failed" in subscribed["events"]
-    paused = crew_service.wait_for_state(kickoff_id, "PAUSED", timeout=30)
     ti.task_id = "approve"  # type: ignore[attr-defined]
-    CrewResumeOperator(
-        task_id="approve",
-        crew_conn_id="crew_review",
-        kickoff_id=kickoff_id,
-        crew_task_id=paused["paused_task_id"],
-        is_approve=True,
-    ).execute({"ti": ti})
+    approve(crew_service, kickoff_id, ti)
     assert crew_service.executions[kickoff_id]["event_webhooks"]["url"] == f"{events}/approve/-1"
     # The run's events token is sent as bearer, never kept where a task's data is.
     token = run_token(RECEIVER_KEY, "wake_dag", RUN_ID, EVENTS_TOKEN_KEY_PURPOSE)
