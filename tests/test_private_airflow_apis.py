@@ -15,7 +15,6 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -44,8 +43,8 @@ PRIVATE_APIS: dict[str, str] = {
         "apply_wake; plugins/stop_listener.py: abandoned_wait; plugins/crew_views_live.py: following)"
     ),
     "airflow.models.xcom.XComModel": (
-        "plugins/airflow_db.py: xcom_model, xcom_decoder, task_xcoms, run_xcoms, of_task_instance (for "
-        "plugins/crew_views_data.py: _xcom_value, _task_xcoms, _review_request, _window)"
+        "plugins/airflow_db.py: xcom_model, xcom_value, task_xcoms, run_xcoms, of_task_instance (for "
+        "plugins/crew_views_data.py: _task_xcoms, _review_request, _window)"
     ),
     "airflow.models.xcom.XComModel (a row written)": (
         "plugins/airflow_db.py: set_task_xcom, lock_task_instance, run_key_xcoms (for "
@@ -256,7 +255,7 @@ def test_xcom_model_columns_and_decoding():
     names = orm_names(model)
     assert read <= names, changed(name, f"has no column {sorted(read - names)}")
     of_attempt_or_task_instance(name, model, names)
-    assert airflow_db.xcom_decoder()(SimpleNamespace(value={"a": [1, 2]})) == {"a": [1, 2]}, changed(
+    assert airflow_db.xcom_value({"a": [1, 2]}) == {"a": [1, 2]}, changed(
         name, "deserialize_value no longer decodes a row's JSON value"
     )
 

@@ -17,9 +17,11 @@ importing ``airflow.models`` when a plugin module is imported would slow them al
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 #: What Airflow stores as a task's ``next_method`` when it cannot store a resume event (3.3).
@@ -127,8 +129,14 @@ def rendered_fields(db: Any, ti: Any) -> dict[str, Any] | None:
     return fields if isinstance(fields, dict) else None
 
 
-def xcom_decoder() -> Any:
-    """Airflow's decoding of a stored XCom value (takes a row with ``value``)."""
+def xcom_value(stored: Any) -> Any:
+    """A stored XCom value as Airflow reads it back (its ``deserialize_value``, looked up once: the
+    Crews page decodes thousands)."""
+    return _xcom_decoder()(SimpleNamespace(value=stored))
+
+
+@functools.cache
+def _xcom_decoder() -> Any:
     return xcom_model().deserialize_value
 
 

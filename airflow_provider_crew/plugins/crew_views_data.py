@@ -92,17 +92,6 @@ def _cost(usage: Any) -> float | None:
     return None
 
 
-def _xcom_value(value: Any) -> Any:
-    """A stored XCom value as Airflow reads it back."""
-    global _deserialize
-    if _deserialize is None:  # looked up once: the Crews page decodes thousands
-        _deserialize = airflow_db.xcom_decoder()
-    return _deserialize(SimpleNamespace(value=value))
-
-
-_deserialize: Any = None
-
-
 # -- the Crew tab ---------------------------------------------------------------------------------
 
 
@@ -137,7 +126,7 @@ def _review_request(session: Any, ti: Any, kickoff_id: str | None) -> dict[str, 
     """The review round of this run that asks about this execution, for the tab's link."""
     rounds = airflow_db.run_xcoms(session, ti.dag_id, ti.run_id, XCOM_REVIEW_REQUEST, REVIEW_ROUND)
     for task_id, map_index, value in rounds:
-        request = _xcom_value(value)
+        request = airflow_db.xcom_value(value)
         if isinstance(request, dict) and request.get("kickoff_id") == kickoff_id:
             return {"task_id": task_id, "map_index": map_index}
     return None
@@ -169,7 +158,7 @@ def task_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[st
         )
         kickoff_id = kickoff_id or _text((rendered or {}).get("kickoff_id"))
         review = _review_request(session, ti, kickoff_id) if kickoff_id else None
-        activity = crew_activity(session, dag_id, run_id, kickoff_id, _xcom_value) if kickoff_id else None
+        activity = crew_activity(session, dag_id, run_id, kickoff_id) if kickoff_id else None
     stored = XCOM_STATUS in xcoms and isinstance(xcoms[XCOM_STATUS], dict)
     status = CrewStatus.from_response(xcoms[XCOM_STATUS]) if stored else None
     source, problem, cost = "xcom", None, _cost(xcoms.get(XCOM_USAGE))
@@ -219,7 +208,7 @@ def _over_budget(shown: dict[str, Any], answer: str | None, rendered: dict[str, 
 def _task_xcoms(session: Any, ti: Any) -> dict[str, Any]:
     """The task instance's XComs the tab reads, by key."""
     stored = airflow_db.task_xcoms(session, ti, TAB_XCOM_KEYS)
-    return {key: _xcom_value(value) for key, value in stored.items()}
+    return {key: airflow_db.xcom_value(value) for key, value in stored.items()}
 
 
 def _shown(status: CrewStatus | None, xcoms: dict[str, Any], usage: Any) -> dict[str, Any]:
@@ -294,7 +283,7 @@ def _columns(table: Any, *more: str) -> list[Any]:
 def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, usage: Any, now: datetime) -> dict:
     """One line of the Crews page."""
     kickoff = held.get(XCOM_KICKOFF_ID, held.get("return_value"))
-    if XCOM_STATUS in held and over_budget_answer(_xcom_value(held[XCOM_STATUS])) is not None:
+    if XCOM_STATUS in held and over_budget_answer(airflow_db.xcom_value(held[XCOM_STATUS])) is not None:
         state = OVER_BUDGET_STATE
     return {
         "dag_id": ti.dag_id,
@@ -302,7 +291,7 @@ def _row(ti: Any, held: dict[str, Any], state: str | None, start: Any, usage: An
         "task_id": ti.task_id,
         "map_index": ti.map_index,
         "state": state,
-        "kickoff_id": _text(_xcom_value(kickoff)) if kickoff is not None else None,
+        "kickoff_id": _text(airflow_db.xcom_value(kickoff)) if kickoff is not None else None,
         "start": start.isoformat() if start else None,
         "duration": round(((ti.end_date or now) - start).total_seconds(), 1) if start else None,
         "tokens": _tokens(usage),
@@ -335,7 +324,7 @@ def crews_view(days: int, dag_ids: set[str] | None, show: str, limit: int = 500)
     for ti in tis:
         held = xcoms.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index), {})
         state, start, end = _word(ti.state), ti.start_date, ti.end_date
-        usage = _xcom_value(held[XCOM_USAGE]) if XCOM_USAGE in held else None
+        usage = airflow_db.xcom_value(held[XCOM_USAGE]) if XCOM_USAGE in held else None
         tokens, cost = _tokens(usage), _cost(usage)
         paused_after = (
             XCOM_HUMAN_INPUT in held

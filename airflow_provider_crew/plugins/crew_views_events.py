@@ -8,7 +8,6 @@ all of them what was spent and the last calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_crew.crew_events import RECENT_CALLS, XCOM_CREW_EVENTS
@@ -25,14 +24,12 @@ def events_refresh(pace: float, activity: dict[str, Any] | None) -> float:
     return pace if activity is None else min(pace, EVENTS_REFRESH_SECONDS)
 
 
-def crew_activity(
-    session: Any, dag_id: str, run_id: str, kickoff_id: str, decode: Callable[[Any], Any]
-) -> dict[str, Any] | None:
+def crew_activity(session: Any, dag_id: str, run_id: str, kickoff_id: str) -> dict[str, Any] | None:
     """What the events of ``kickoff_id`` in the run say, or None when none came (no subscription, or a
     service without the event stream)."""
     logs = []
     for stored in airflow_db.run_key_xcoms(session, dag_id, run_id, XCOM_CREW_EVENTS):
-        kept = decode(stored)
+        kept = airflow_db.xcom_value(stored)
         if isinstance(kept, dict) and kept.get("kickoff_id") == kickoff_id:
             logs.append(kept)
     if not logs:

@@ -67,14 +67,12 @@ def add_events(
 ) -> tuple[list[CrewEvent], EventLog] | None:
     """Add ``events`` of ``kickoff_id`` to the task instance's log (a new log for another execution, as
     after a retry); the events not seen before, and the log. None when the task instance is gone."""
-    from types import SimpleNamespace
-
     with _storing, airflow_db.session() as db:
         ti = airflow_db.lock_task_instance(db, *where)
         if ti is None:
             return None
         stored = airflow_db.task_xcoms(db, ti, (XCOM_CREW_EVENTS,)).get(XCOM_CREW_EVENTS)
-        kept = airflow_db.xcom_decoder()(SimpleNamespace(value=stored)) if stored is not None else None
+        kept = airflow_db.xcom_value(stored) if stored is not None else None
         same = isinstance(kept, dict) and kept.get("kickoff_id") == kickoff_id
         event_log = EventLog.model_validate(kept) if same else EventLog(kickoff_id=kickoff_id)
         new = event_log.add(events, content=content)
@@ -83,7 +81,7 @@ def add_events(
     return new, event_log
 
 
-def _over_budget(event_log: EventLog) -> Any:
+def _over_budget(event_log: EventLog) -> Callable[[dict[str, Any]], bool]:
     """Whether a wait (its trigger's kwargs) has a budget the events' usage reached."""
 
     def over(kwargs: dict[str, Any]) -> bool:
