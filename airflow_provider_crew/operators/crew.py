@@ -101,6 +101,9 @@ class CrewKickoffOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameter
     :xcom usage:
     :xcom status:
     :xcom execution_url:
+    :xcom crew_events: With the connection's ``event_stream``: what the crew's events said, kept by the
+        api-server as they come (``{"kickoff_id", "received", "ended", "error", "task", "agent",
+        "usage", "model_calls", "tool_calls", ...}``; docs/webhook-wake.md, "The event stream").
     """
 
     subscribes_to_events = True  # its POST carries the event stream's subscription

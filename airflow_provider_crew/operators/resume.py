@@ -95,6 +95,7 @@ class CrewResumeOperator(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters
     :xcom usage:
     :xcom status:
     :xcom execution_url:
+    :xcom crew_events: As the kickoff's, for the events after this resume.
     """
 
     subscribes_to_events = True  # its POST carries the event stream's subscription

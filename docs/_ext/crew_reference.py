@@ -537,7 +537,7 @@ def _import_line(path: str) -> str:
 
 SAME_ON_EVERY_TASK = "As on every task: [The same words on every task](#the-same-words-on-every-task)."
 # The keys every crew task that waits pushes, one text each (CrewWaitMixin's docstring).
-SHARED_XCOM = ("return_value", "result", "human_input", "usage", "status", "execution_url")
+SHARED_XCOM = ("return_value", "result", "human_input", "usage", "status", "execution_url", "crew_events")
 SAME_XCOM = "As on every task: [Return values and XCom keys](#return-values-and-xcom-keys)."
 
 
