@@ -42,10 +42,13 @@ FAILURE_TO_TASK_END_SECONDS = 15.0
 CREWS = [
     crew("fails_late", work("only_task", 60, steps=6, fails=True, error="model quota exhausted")),
     {**crew("silent", work("only_task", 60, steps=3, fails=True)), "sends_events": False},
-    # About 25 tokens a model call: one call in 50 s, then twenty in 20 s. The status reads see
+    # About 25 tokens a model call: one call in 80 s, then twenty in 20 s. The status reads see
     # nothing spent until the race bound, so the wait's own schedule (300 s) holds: only the events
-    # can tell that the burst reached the cap of 300 (dags/crew_events.py).
-    crew("bursty", work("slow_task", 50), work("burst_task", 20, steps=20, tools=["search", "write_file"])),
+    # can tell that the burst reached the cap of 300 (dags/crew_events.py). The burst comes well after
+    # the bound (a deferral 10-25 s in, a bound of 35 s after it), before which no wake is applied and
+    # the trigger's own 4 s polls would find the cap (with a 50 s idle task, one loaded 3.0.6 run failed
+    # here, most likely so).
+    crew("bursty", work("slow_task", 80), work("burst_task", 20, steps=20, tools=["search", "write_file"])),
     {
         **crew(
             "unordered",
