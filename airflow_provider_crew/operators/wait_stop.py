@@ -32,8 +32,8 @@ from airflow_provider_crew.waiting.budget import (
     cap_value,
     checked_cap,
 )
-from airflow_provider_crew.waiting.rules import FollowedExecution, Poller, WaitResult, record_without_output
-from airflow_provider_crew.waiting.xcom import XCOM_STATUS, XCOM_USAGE, result_xcoms
+from airflow_provider_crew.waiting.rules import FollowedExecution, Poller, WaitResult
+from airflow_provider_crew.waiting.xcom import XCOM_STATUS, XCOM_USAGE, record_without_output, result_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -35,8 +35,13 @@ from airflow_provider_crew.review.base import ReviewTaskBase
 from airflow_provider_crew.review.record import Answered, ReviewRequest, RoundRecord, RoundRetry
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
-from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult, record_without_output
-from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST, XCOM_STATUS, shorten
+from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
+from airflow_provider_crew.waiting.xcom import (
+    XCOM_REVIEW_REQUEST,
+    XCOM_STATUS,
+    record_without_output,
+    shorten,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

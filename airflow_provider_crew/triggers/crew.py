@@ -271,19 +271,20 @@ class CrewStatusTrigger(BaseTrigger):
         # A triggerer may hold 10,000 waits: between polls each keeps only its kwargs, this frame,
         # a hook and a Poller. The hook looks the connection up once per loop for all waits on it,
         # and the logger is the class's, not one per trigger.
-        hook = CrewHook(self.crew_conn_id)
-        poller = self.poller(type(self).logger())
         # The operator read the status just before deferring: look again within one interval.
         pacer = FirstPollPacer.for_running_loop()
+        first = first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer)
+        poller = self.poller(type(self).logger())
+        if poller.pace is not None and poller.pace.due is not None:  # a cap: the task's read set it
+            first = min(first, max(0.0, poller.pace.due - time.time()))
         warm_execution_api(self.task_instance)
+        hook = CrewHook(self.crew_conn_id)
         safety_poll = False  # whether this poll came on the safety interval, past the race bound
         try:
-            first = first_poll_delay(self.poll_interval, self.deadline, time.time(), pacer=pacer)
-            if poller.pace is not None and poller.pace.due is not None:  # a cap: the task's read set it
-                first = min(first, max(0.0, poller.pace.due - time.time()))
             await asyncio.sleep(first)
             while True:
-                step = await poller.apoll(hook.aget_status(self.kickoff_id, deadline=self.deadline))
+                read = hook.aget_status(self.kickoff_id, deadline=self.deadline)
+                step = await poller.apoll(read)
                 if isinstance(step, WaitResult):
                     wait_ended(self._task_tags(), step, poller)
                     if safety_poll:

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.status import CrewState, CrewStatus
-from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
+from airflow_provider_crew.waiting.rules import Outcome, WaitResult
+from airflow_provider_crew.waiting.xcom import record_without_output
 
 
 class CrewWaitEvent(BaseModel):

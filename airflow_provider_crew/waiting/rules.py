@@ -13,7 +13,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -102,23 +102,6 @@ class Outcome(str, enum.Enum):
     # Not an end: the crew's webhook woke the wait (through Airflow's api-server). The task reads the
     # status itself and ends the wait, or waits on with the same deadlines (``CrewWaitEvent.wait``).
     WOKEN = "woken"
-
-
-def record_without_output(status: CrewStatus) -> dict[str, Any]:
-    """``status.raw`` less the copies of the final output, which XCom ``result`` holds once: at a
-    SUCCEEDED end, no ``result`` or ``result_json``, and no ``last_executed_task.output`` when that
-    is the output (read from there, or a copy). Any other record is whole (a pause's output stays)."""
-    record = dict(status.raw)
-    if status.state is not CrewState.SUCCEEDED:
-        return record
-    result = record.pop("result", None)
-    copies = [status.output, record.pop("result_json", None), result]
-    copies += [result.get("output")] if isinstance(result, Mapping) else []
-    last_task = record.get("last_executed_task")
-    last_output = last_task.get("output") if isinstance(last_task, Mapping) else None
-    if isinstance(last_task, Mapping) and last_output not in (None, "") and last_output in copies:
-        record["last_executed_task"] = {k: v for k, v in last_task.items() if k != "output"}
-    return record
 
 
 @dataclass(slots=True)
@@ -352,6 +335,10 @@ class Poller:
     def step(self, polled: CrewStatus | CrewError) -> WaitResult | float:
         """What the wait does after this poll: the result that ends it, or the seconds to the next."""
         now = self.clock()
+        self.reads += 1
+        # decide() reads it only to end a wait on an error; a status poll carries its own.
+        last_status = self.last_status if isinstance(polled, CrewError) else None
+        delay = self._observe(polled, now)
         result = decide(
             polled,
             kickoff_id=self.kickoff_id,
@@ -360,17 +347,20 @@ class Poller:
             deadline=self.deadline,
             not_found_deadline=self.not_found_deadline,
             execution_seen=self.execution_seen,
-            # decide() reads it only to end a wait on an error; a status poll carries its own.
-            last_status=self.last_status if isinstance(polled, CrewError) else None,
+            last_status=last_status,
             budget=self.budget,
         )
-        self.reads += 1
-        self._observe(polled, now, ended=result is not None)
         if result is not None:
             return result
         self.last_running_at = now
-        delay = min(self._interval, self.deadline - now)
-        self._interval = next_poll_interval(self._interval, self.max_poll_interval)
+        if isinstance(polled, CrewNotFoundError) and not self._logged_not_visible:
+            self._logged_not_visible = True
+            self.log.info(
+                "Crew execution %s is not visible yet (404); a fresh kickoff may be queued. "
+                "Polling on for up to %.0f s.",
+                self.kickoff_id,
+                max(0.0, self.not_found_deadline - now),
+            )
         if self._pace is not None and self.budget is not None and isinstance(polled, CrewStatus):
             paced = self._pace.after_read(now, self.budget, polled.usage, self.log, self.kickoff_id)
             delay = delay if paced is None else min(delay, paced)
@@ -381,8 +371,10 @@ class Poller:
         """The spending rate's last sample, for a trigger to go on from (None without a cap)."""
         return self._pace
 
-    def _observe(self, polled: CrewStatus | CrewError, now: float, *, ended: bool) -> None:
-        """Log what the poll showed and remember a sighting of the execution."""
+    def _observe(self, polled: CrewStatus | CrewError, now: float) -> float:
+        """Log what the poll showed, remember a sighting of the execution, and schedule the next poll:
+        the seconds to it, should the wait go on. Before :func:`decide`, which reads no state it sets
+        (a sighting matters to a 404, which is not one)."""
         if isinstance(polled, CrewStatus):
             self._log_state_change(polled)
             if self._last_record is not None and polled.raw_state != self._last_raw_state:
@@ -394,20 +386,14 @@ class Poller:
                 self.execution_seen = True
                 # Kept in the deadline too, so a trigger built from it fails a later 404 at once.
                 self.not_found_deadline = min(self.not_found_deadline, now)
-        elif isinstance(polled, CrewNotFoundError):
-            if not ended and not self._logged_not_visible:
-                self._logged_not_visible = True
-                self.log.info(
-                    "Crew execution %s is not visible yet (404); a fresh kickoff may be queued. "
-                    "Polling on for up to %.0f s.",
-                    self.kickoff_id,
-                    max(0.0, self.not_found_deadline - now),
-                )
-        elif not is_permanent(polled):
+        elif not isinstance(polled, CrewNotFoundError) and not is_permanent(polled):
             # The hook already retried with back-off; keep polling under the deadline.
             self.log.warning(
                 "Polling crew execution %s failed (%s); will poll again.", self.kickoff_id, polled
             )
+        delay = min(self._interval, self.deadline - now)
+        self._interval = next_poll_interval(self._interval, self.max_poll_interval)
+        return delay
 
 
 def wait_blocking(

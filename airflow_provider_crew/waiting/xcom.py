@@ -11,9 +11,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_crew.status import CrewStatus
+from airflow_provider_crew.status import CrewState, CrewStatus
 from airflow_provider_crew.waiting.budget import Prices, priced
-from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
+from airflow_provider_crew.waiting.rules import Outcome, WaitResult
 
 # XCom keys, named once: DAG authors pull them by these names.
 XCOM_KICKOFF_ID = "kickoff_id"
@@ -62,6 +62,23 @@ def paused_task(status: CrewStatus, kickoff_id: str) -> dict[str, Any]:
     }
 
 
+def record_without_output(status: CrewStatus) -> dict[str, Any]:
+    """``status.raw`` less the copies of the final output, which XCom ``result`` holds once: at a
+    SUCCEEDED end, no ``result`` or ``result_json``, and no ``last_executed_task.output`` when that
+    is the output (read from there, or a copy). Any other record is whole (a pause's output stays)."""
+    record = dict(status.raw)
+    if status.state is not CrewState.SUCCEEDED:
+        return record
+    result = record.pop("result", None)
+    copies = [status.output, record.pop("result_json", None), result]
+    copies += [result.get("output")] if isinstance(result, Mapping) else []
+    last_task = record.get("last_executed_task")
+    last_output = last_task.get("output") if isinstance(last_task, Mapping) else None
+    if isinstance(last_task, Mapping) and last_output not in (None, "") and last_output in copies:
+        record["last_executed_task"] = {k: v for k, v in last_task.items() if k != "output"}
+    return record
+
+
 def record_without_paused_output(status: CrewStatus) -> dict[str, Any]:
     """``status.raw`` less the copies of the paused task's output, which XCom ``human_input`` holds once:
     ``last_executed_task.output`` and the ``task_output`` or ``output`` of ``pending_human_input`` or
@@ -81,7 +98,7 @@ def record_without_paused_output(status: CrewStatus) -> dict[str, Any]:
 def result_xcoms(kickoff_id: str, result: WaitResult, prices: Prices | None = None) -> dict[str, Any]:
     """What a wait that ended finished or paused pushes to XCom, by key.
 
-    ``status`` (the last record, less the outputs another key holds: :func:`~.rules.record_without_output`,
+    ``status`` (the last record, less the outputs another key holds: :func:`record_without_output`,
     :func:`record_without_paused_output`), then ``human_input`` at a pause (the paused task's
     output, stored once), or ``usage`` (when the service reported it) and ``result`` (the final output,
     stored once) at the end. The worker pushes them one by one; a trigger that ends the task

@@ -10,8 +10,14 @@ import pytest
 
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.event import CrewWaitEvent
-from airflow_provider_crew.waiting.rules import Outcome, WaitResult, record_without_output
-from airflow_provider_crew.waiting.xcom import NONE_WHEN_ABSENT, asset_event_extra, crew_output, result_xcoms
+from airflow_provider_crew.waiting.rules import Outcome, WaitResult
+from airflow_provider_crew.waiting.xcom import (
+    NONE_WHEN_ABSENT,
+    asset_event_extra,
+    crew_output,
+    record_without_output,
+    result_xcoms,
+)
 
 BIG = "final report " + "x" * 2_000_000  # a 2 MB output
 
