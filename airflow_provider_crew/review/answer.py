@@ -1,9 +1,5 @@
-"""The reviewer's answer: how a round waits for it (:func:`ask`, :func:`collect`) and reads it.
-
-Airflow 3.3+ parks the task (``awaiting_input``; the answer resumes it). Airflow 3.1-3.2 defer it to
-:class:`CrewReviewAnswerTrigger`, which holds the answer back until the deferral is surely handled
-(Airflow's stale executor-event race, :mod:`airflow_provider_crew.waiting.race`).
-"""
+"""The reviewer's answer: how a round waits for it (:func:`ask`: parked on Airflow 3.3+, else
+:class:`CrewReviewAnswerTrigger`) and reads it (:func:`answer_from_event`)."""
 
 from __future__ import annotations
 
@@ -12,21 +8,15 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow.triggers.base import TriggerEvent
-
 from airflow_provider_crew._compat import HITLTrigger, hitl_params, task_awaiting_input, upsert_hitl_detail
-from airflow_provider_crew.exceptions import CrewError, CrewReviewTimeoutError
+from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.review.record import ReviewAnswer, ReviewRequest
-from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS, duration_text
+from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-APPROVED_WITHOUT_TEXT = "Approved."
-
-
-# -- waiting for the answer -------------------------------------------------------------------------
+    from airflow.triggers.base import TriggerEvent
 
 
 def answer_form(task: Any) -> dict[str, Any]:
@@ -79,11 +69,10 @@ def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:
     """
     from airflow.sdk.timezone import utcnow
 
-    response_timeout = task.response_timeout
     task.defer(
         trigger=CrewReviewAnswerTrigger(
             ti_id=context["task_instance"].id,
-            timeout_datetime=utcnow() + response_timeout if response_timeout else None,
+            timeout_datetime=utcnow() + task.response_timeout if task.response_timeout else None,
             not_before=time.time() + deferral_settle_seconds(),
             **answer_form(task),
         ),
@@ -93,38 +82,27 @@ def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:
     raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
 
-# -- reading the answer -------------------------------------------------------------------------------
+def answer_from_event(event: Any) -> ReviewAnswer | None:
+    """The reviewer's answer in the human-in-the-loop event the round resumed with; None when nobody
+    answered within ``response_timeout`` (and no default answer was set): the round decides what that
+    does to the execution.
 
-
-def answer_from_event(
-    event: Any, *, kickoff_id: str, crew_task_id: str, response_timeout: timedelta | None
-) -> ReviewAnswer:
-    """The reviewer's answer in the human-in-the-loop event the round resumed with (the other
-    arguments name the pause in the time-out's message).
-
-    :raises CrewReviewTimeoutError: Nobody answered in time (and no default answer was set).
     :raises CrewError: The request failed otherwise, or the event holds no single known option.
     """
     if not isinstance(event, Mapping):
         raise CrewError(f"Expected a human-in-the-loop event, got {event!r}.")
     if "error" in event:
         if event.get("error_type") == "timeout":
-            raise CrewReviewTimeoutError(
-                f"No review answer within {duration_text(response_timeout or timedelta())} "
-                f"(response_timeout). Crew execution "
-                f"{kickoff_id} is still waiting for human input on task {crew_task_id!r}: clear this "
-                "task to ask again, or resume it with CrewResumeOperator."
-            )
+            return None
         raise CrewError(f"The review request failed ({event.get('error_type')}): {event.get('error')}")
     chosen = list(event.get("chosen_options") or [])
     if len(chosen) != 1 or chosen[0] not in OPTIONS:
         raise CrewError(f"Expected exactly one of {OPTIONS} as the answer, got {chosen!r}.")
-    params_input = event.get("params_input") or {}
     responded_at = event.get("responded_at")
     return {
         "answer": chosen[0],
         "is_approve": chosen[0] == APPROVE,
-        "feedback": str(params_input.get(FEEDBACK_PARAM) or ""),
+        "feedback": str((event.get("params_input") or {}).get(FEEDBACK_PARAM) or ""),
         "responded_by": event.get("responded_by_user"),
         "responded_at": responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at,
         "timed_out": bool(event.get("timedout")),
@@ -136,11 +114,8 @@ def feedback_for_crew(answer: ReviewAnswer, response_timeout: timedelta | None) 
     return answer["feedback"].strip() or (
         f"Approved automatically: no answer within {response_timeout}."
         if answer["timed_out"]
-        else APPROVED_WITHOUT_TEXT
+        else "Approved."
     )
-
-
-# -- the trigger (Airflow 3.1-3.2) ----------------------------------------------------------------------
 
 
 class CrewReviewAnswerTrigger(HITLTrigger):
@@ -171,7 +146,6 @@ class CrewReviewAnswerTrigger(HITLTrigger):
 
 
 __all__ = [
-    "APPROVED_WITHOUT_TEXT",
     "CrewReviewAnswerTrigger",
     "answer_from_event",
     "ask",

@@ -1,5 +1,4 @@
-"""What the rounds and the result task of a review share: :class:`ReviewTaskBase`, whose ``__init__``
-is the one definition of their shared parameters."""
+"""What the review's rounds and result task share: :class:`ReviewTaskBase`."""
 
 from __future__ import annotations
 
@@ -26,6 +25,8 @@ from airflow_provider_crew.waiting.xcom import XCOM_KICKOFF_ID
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+#: The states of a round that never ran (skipped by the scheduler after an earlier round skipped).
+NEVER_RAN = frozenset({"skipped", "upstream_failed", "removed"})
 NEEDS_3_1 = (
     "Human review in the Airflow UI needs Airflow 3.1+ (it uses Airflow's human-in-the-loop API); this "
     "is Airflow {version}. On 3.0, use CrewKickoffOperator(on_human_input='return') and CrewResumeOperator."
@@ -35,8 +36,8 @@ NEEDS_3_1 = (
 class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, BaseOperator):
     """
     What rounds and the result share: the execution, the connection, the polling settings, the
-    "Crew execution" link and the lineage facets. The texts of the parameters every crew task shares
-    are :class:`CrewTaskParameters`' and :class:`CrewWaitMixin`'s.
+    "Crew execution" link and the lineage facets; its ``__init__`` is the one definition of their shared
+    parameters (the texts of those every crew task takes: :class:`CrewTaskParameters`).
 
     :param kickoff_id: The execution under review (templated), usually ``kickoff.output``.
     :param round_task_ids: Task ids of every round of the group, in order.
@@ -78,8 +79,6 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, Ba
         self._set_wait_timing(
             poll_interval=poll_interval, max_poll_interval=max_poll_interval, timeout=timeout
         )
-        # The kickoff task, when kickoff_id is its output: its XCom says when the execution started
-        # (the 404 grace counts from then) and which webhook addresses to carry over.
         self.kickoff_task_id: str | None = upstream_task_id(kickoff_id)
 
     def _start(self, context: Context) -> str:
@@ -90,27 +89,21 @@ class ReviewTaskBase(CrewOpenLineageMixin, CrewWaitMixin, CrewTaskParameters, Ba
         return kickoff_id
 
     def _rounds_before(self, context: Context, task_ids: Sequence[str]) -> list[RoundRecord]:
-        """The records of the given rounds that ran, in order (a skipped round has none)."""
+        """The records of the given rounds that ran, in order (a skipped round has none).
+
+        A round that never ran is not read: reading its XCom makes Airflow log an "XCom not found"
+        error. All are read when their states cannot be.
+        """
         ti = context["ti"]
-        task_ids = _rounds_that_ran(ti, task_ids)
-        if not task_ids:
+        try:
+            states = task_instance_states(ti.dag_id, ti.run_id, list(task_ids), getattr(ti, "map_index", -1))
+        except Exception:
+            states = {}
+        ran = [task_id for task_id in task_ids if states.get(task_id) not in NEVER_RAN]
+        if not ran:
             return []
-        values = ti.xcom_pull(task_ids=list(task_ids), map_indexes=ti.map_index)  # a list: task_ids is one
+        values = ti.xcom_pull(task_ids=ran, map_indexes=ti.map_index)  # a list: task_ids is one
         return [value for value in values if is_round_record(value)]
-
-
-#: The states of a round that never ran (skipped by the scheduler after an earlier round skipped).
-NEVER_RAN = frozenset({"skipped", "upstream_failed", "removed"})
-
-
-def _rounds_that_ran(ti: Any, task_ids: Sequence[str]) -> list[str]:
-    """The rounds of ``task_ids`` that may have a record: reading the XCom of one that never ran makes
-    Airflow log an "XCom not found" error for it. All of them when the states cannot be read."""
-    try:
-        states = task_instance_states(ti.dag_id, ti.run_id, list(task_ids), getattr(ti, "map_index", -1))
-    except Exception:
-        return list(task_ids)
-    return [task_id for task_id in task_ids if states.get(task_id) not in NEVER_RAN]
 
 
 # ReviewTaskBase is left out: a base for the review's operators, not one for DAGs.

@@ -99,11 +99,6 @@ def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
     return isinstance(value, dict) and "round" in value
 
 
-# -- what a round keeps for its retry -------------------------------------------------------------------
-# Airflow can fail a round around its answer (waiting/race.py), and the task state store (3.3+)
-# outlives a try: a round keeps there what it asked about, so that a retry collects the answer given
-# to that request instead of asking again, and the answer it sends (operators.paid_post), so that a
-# retry returns its record.
 APPLIED_RECORD_KEY = "crew_review_applied"
 ASKED_RECORD_KEY = "crew_review_asked"
 COUNTED_RECORD_KEY = "crew_review_counted"
@@ -120,8 +115,11 @@ def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
 
 
 class RoundRetry:
-    """One round's records in the task state store, about one execution; they do nothing before 3.3.
-    Built once per run of the round (``task``: its number, logger and wait ``timeout``)."""
+    """What a round keeps for its retry, about one execution, in the task state store (3.3+; before, it
+    does nothing). Airflow can fail a round around its answer (waiting/race.py), and the store outlives a
+    try: a round keeps there what it asked about, so that a retry collects the answer given to that
+    request instead of asking again, and the answer it sends (operators.paid_post), so that a retry
+    returns its record. Built once per run of the round (``task``: its number, logger and ``timeout``)."""
 
     def __init__(self, context: Context, kickoff_id: str, task: Any) -> None:
         self.kickoff_id = kickoff_id
@@ -187,14 +185,3 @@ class RoundRetry:
             self.kickoff_id,
         )
         return record  # type: ignore[return-value]
-
-
-__all__ = [
-    "Answered",
-    "ReviewAnswer",
-    "ReviewRequest",
-    "RoundRecord",
-    "RoundRetry",
-    "SendOutcome",
-    "is_round_record",
-]

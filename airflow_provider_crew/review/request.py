@@ -22,9 +22,6 @@ FEEDBACK_PARAM = "feedback"
 OUTPUT_BODY_LIMIT = 20_000
 
 
-# -- the request ----------------------------------------------------------------------------------
-
-
 def review_body(
     task: Any,
     kickoff_id: str,
@@ -83,7 +80,13 @@ def _asked_again(earlier: Sequence[RoundRecord], retried: bool) -> list[str]:
 
 
 def _output(status: CrewStatus) -> list[str]:
-    return ["### Output", "", _fenced(status.paused_task_output or "(the service reported no output)"), ""]
+    """The output in a code fence longer than any backtick run in it, so that it shows verbatim."""
+    text = status.paused_task_output or "(the service reported no output)"
+    if len(text) > OUTPUT_BODY_LIMIT:
+        text = f"{text[:OUTPUT_BODY_LIMIT]}\n… ({len(text) - OUTPUT_BODY_LIMIT} more characters in XCom)"
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return ["### Output", "", f"{fence}text\n{text}\n{fence}", ""]
 
 
 def _inputs(inputs: Any) -> list[str]:
@@ -143,9 +146,6 @@ def _timeout_text(response_timeout: timedelta | None, approve_on_timeout: bool, 
     return f"Without an answer within {within}, this task fails and the crew execution stays paused."
 
 
-# -- text helpers ---------------------------------------------------------------------------------
-
-
 def duration_text(value: timedelta) -> str:
     """``24 hours``, ``90 minutes``, ``45 seconds``: how a person says a time limit."""
     total = int(value.total_seconds())
@@ -156,27 +156,7 @@ def duration_text(value: timedelta) -> str:
     return f"{total} second{'s' if total != 1 else ''}"
 
 
-def _fenced(text: str) -> str:
-    """A code fence longer than any backtick run in the text, so the output shows verbatim."""
-    if len(text) > OUTPUT_BODY_LIMIT:
-        text = f"{text[:OUTPUT_BODY_LIMIT]}\n… ({len(text) - OUTPUT_BODY_LIMIT} more characters in XCom)"
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
 def _inline(value: Any) -> str:
     """The value on one line, its whitespace runs as single spaces and ``|`` escaped."""
     text = value if isinstance(value, str) else repr(value)
     return " ".join(text.split()).replace("|", "\\|")
-
-
-__all__ = [
-    "APPROVE",
-    "FEEDBACK_PARAM",
-    "OPTIONS",
-    "OUTPUT_BODY_LIMIT",
-    "REQUEST_CHANGES",
-    "crew_task_name",
-    "review_body",
-]

@@ -1,14 +1,11 @@
-"""One review round: read the pause, ask the reviewer, send the answer to the crew.
-
-The round ends right after ``POST /resume``: no task defers again after a resume in the same try,
-which keeps every resume clear of Airflow's stale executor-event race
-(:func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`).
-"""
+"""A review round (:class:`CrewReviewRoundOperator`) ends right after ``POST /resume``: no task defers
+again after a resume in the same try, which keeps every resume clear of Airflow's stale executor-event
+race (:func:`~airflow_provider_crew.waiting.race.deferral_settle_seconds`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -50,8 +47,6 @@ if TYPE_CHECKING:
 # After POST /resume a service may still report the old pause for a moment; a pause with the same
 # task and output within this window is that stale record, not a new round.
 STALE_PAUSE_GRACE = 30.0
-#: What a round that skips pushes None to: the key its record goes to when it runs.
-SKIPPED_ROUND_KEY = "return_value"
 
 
 class CrewReviewRoundOperator(ReviewTaskBase):
@@ -131,8 +126,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self.kickoff_task_id = kickoff_task_id or self.kickoff_task_id
         self.body: str | None = None  # this round's request text, for notifiers' templates
 
-    # -- waiting for the crew ------------------------------------------------------------------
-
     def execute(self, context: Context) -> RoundRecord:
         kickoff_id = self._start(context)
         kept = RoundRetry(context, kickoff_id, self)
@@ -160,9 +153,9 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key=XCOM_STATUS, value=record_without_output(status))
-        # No record, but a value: the result task reads every round's, and reading one that is not
-        # there makes Airflow log an "XCom not found" error. None is what a pull of it gives anyway.
-        ti.xcom_push(key=SKIPPED_ROUND_KEY, value=None)
+        # No record, but a value (under the record's key): the result task reads every round's, and reading
+        # one that is not there makes Airflow log an "XCom not found" error; a pull of it gives None anyway.
+        ti.xcom_push(key="return_value", value=None)
         if not self._rounds_before(context, self.round_task_ids[: self.round_number - 1]):
             self.log.warning(
                 "Crew execution %s finished without pausing for human input: nothing was reviewed. "
@@ -173,16 +166,13 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             f"Crew execution {kickoff_id} finished: no review round {self.round_number}."
         )
 
-    # -- asking the reviewer --------------------------------------------------------------------
-
     def _ask(self, context: Context, kept: RoundRetry, status: CrewStatus) -> NoReturn:
         """Write this round's request and wait for the answer without a worker slot; when an earlier
         try asked about this very pause, collect the answer to the request it wrote (:func:`.answer.collect`).
         """
-        written = self._write_request(context, kept.kickoff_id, status)
-        resume_with = self._resume_kwargs(
-            {"kickoff_id": kept.kickoff_id, "crew_task_id": status.paused_task_id}
-        )
+        kickoff_id = kept.kickoff_id
+        written = self._write_request(context, kickoff_id, status)
+        resume_with = self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id})
         if kept.asked_before(status):
             self.log.warning(
                 "Round %d asked about this pause in an earlier try, which Airflow ended before an "
@@ -195,7 +185,7 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self.log.info(
             "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
             self.round_number,
-            kept.kickoff_id,
+            kickoff_id,
             written["crew_task"],
             shorten(status.paused_task_output),
         )
@@ -208,7 +198,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""
         crew_task = request.crew_task_name(status)
         subject = self.subject.replace("{task}", crew_task)
-        total_rounds = len(self.round_task_ids)
         body = request.review_body(
             self,
             kickoff_id,
@@ -223,15 +212,13 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             "crew_task_id": status.paused_task_id,
             "crew_task": crew_task,
             "output": status.paused_task_output,
-            "subject": f"{subject} (round {self.round_number} of {total_rounds})",
+            "subject": f"{subject} (round {self.round_number} of {len(self.round_task_ids)})",
             "body": body,
             "asked_at": time.time(),  # for crew.review.response_time
         }
         context["ti"].xcom_push(key=XCOM_REVIEW_REQUEST, value=written)
         self.body = body
         return written
-
-    # -- the answer ------------------------------------------------------------------------------
 
     def execute_review(
         self,
@@ -246,25 +233,23 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         ti = context["ti"]
         asked = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REVIEW_REQUEST, map_indexes=ti.map_index) or {}
         kept = RoundRetry(context, kickoff_id, self)
-        try:
-            given = answer.answer_from_event(
-                event,
-                kickoff_id=kickoff_id,
-                crew_task_id=crew_task_id,
-                response_timeout=self.response_timeout,
-            )
-        except CrewReviewTimeoutError:
-            kept.count(None, asked.get("asked_at"))
-            if not self._stops_crew():
-                raise  # the execution stays paused, for a later answer
+        given = answer.answer_from_event(event)
+        kept.count(given, asked.get("asked_at"))
+        if given is None:  # nobody answered within response_timeout
+            if not self._stops_crew():  # the execution stays paused, for a later answer
+                raise CrewReviewTimeoutError(
+                    f"No review answer within {request.duration_text(self.response_timeout or timedelta())} "
+                    f"(response_timeout). Crew execution {kickoff_id} is still waiting for human input on "
+                    f"task {crew_task_id!r}: clear this task to ask again, or resume it with "
+                    "CrewResumeOperator."
+                )
             came_of_it = self._stop_cut_off_wait(kickoff_id, stopping.REVIEW_TIMEOUT, context)
             raise CrewReviewTimeoutError(
                 f"No review answer within response_timeout, and approve_on_timeout is off: nobody will "
                 f"answer crew execution {kickoff_id}'s pause on task {crew_task_id!r}, so this task "
                 f"stopped it (stop_crew): {came_of_it}. To keep such a pause for a later answer, pass "
                 "stop_crew=False to crew_human_review."
-            ) from None
-        kept.count(given, asked.get("asked_at"))
+            )
         unsent = not given["is_approve"] and not given["feedback"].strip()
         feedback = given["feedback"] if unsent else answer.feedback_for_crew(given, self.response_timeout)
         about = Answered(self.round_number, crew_task_id, asked, given, feedback)
@@ -287,7 +272,15 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         unless it no longer waits on the reviewed output; the round's record says which."""
         kickoff_id, crew_task_id, output = kept.kickoff_id, about.crew_task_id, about.asked.get("output")
         hook = CrewHook(crew_conn_id=self.crew_conn_id)
-        moved_on = self._moved_on(hook, kickoff_id, crew_task_id, output)
+
+        def outdated() -> str | None:  # why the answer no longer applies; a CrewError when unread
+            return why_answer_is_outdated(hook.get_status(kickoff_id), crew_task_id, output)
+
+        try:
+            moved_on = outdated()
+        except CrewError as error:
+            self.log.warning("Could not read the status before resuming (%s); sending the answer.", error)
+            moved_on = None
         if moved_on:
             return self._not_sent(about, moved_on)
         refuse_own_crew_webhook(self, hook.config)
@@ -314,26 +307,16 @@ class CrewReviewRoundOperator(ReviewTaskBase):
             kickoff_id,
             result.status.value,
         )
-        self._let_stale_pause_pass(hook, kickoff_id, crew_task_id, output)
+        self._let_stale_pause_pass(kickoff_id, outdated)
         return about.applied(result)
 
     def _not_sent(self, about: Answered, why: str) -> RoundRecord:
         self.log.warning("Round %d: the answer was not applied. %s", self.round_number, why)
         return about.record(False, note=why)
 
-    def _moved_on(self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None) -> str | None:
-        """Why the answer must not be sent, when the execution no longer waits on the reviewed output."""
-        try:
-            status = hook.get_status(kickoff_id)
-        except CrewError as error:
-            self.log.warning("Could not read the status before resuming (%s); sending the answer.", error)
-            return None
-        return why_answer_is_outdated(status, crew_task_id, output)
-
-    def _let_stale_pause_pass(
-        self, hook: CrewHook, kickoff_id: str, crew_task_id: str, output: str | None
-    ) -> None:
-        """Poll briefly while the service still shows the pause just answered (bounded, usually 1 poll).
+    def _let_stale_pause_pass(self, kickoff_id: str, outdated: Callable[[], str | None]) -> None:
+        """Poll briefly while the service still shows the pause just answered, that is while
+        ``outdated()`` is None (bounded, usually 1 poll).
 
         The next round starts from the first status it reads: it must not take this stale record for
         a new pause.
@@ -341,11 +324,10 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         deadline = time.monotonic() + STALE_PAUSE_GRACE
         while time.monotonic() < deadline:
             try:
-                status = hook.get_status(kickoff_id)
+                if outdated() is not None:
+                    return  # the service no longer shows the answered pause
             except CrewError:
                 return  # the next round's wait handles errors and 404s properly
-            if why_answer_is_outdated(status, crew_task_id, output) is not None:
-                return  # the service no longer shows the answered pause
             time.sleep(min(self.poll_interval, 1.0))
         self.log.warning("Crew execution %s still shows the answered pause.", kickoff_id)
 

@@ -493,14 +493,18 @@ def test_no_answer_in_time_fails_without_retry_and_says_the_crew_is_still_paused
     from airflow_provider_crew.exceptions import CrewReviewTimeoutError
 
     op = round_operator(response_timeout=timedelta(minutes=1), stop_crew=False)
-    with pytest.raises(CrewReviewTimeoutError, match="still waiting for human input") as error:
+    with pytest.raises(
+        CrewReviewTimeoutError,
+        match=rf"within 1 minute \(response_timeout\)\. Crew execution {KICKOFF_ID} is still waiting for "
+        rf"human input on task '{TASK_ID}': clear this task to ask again",
+    ) as error:
         op.execute_review(
             context(FakeTI()),
             {"error": "t", "error_type": "timeout"},
             kickoff_id=KICKOFF_ID,
             crew_task_id=TASK_ID,
         )
-    assert isinstance(error.value, AirflowFailException)
+    assert isinstance(error.value, AirflowFailException)  # fails without using the retries
 
 
 @needs_3_1
