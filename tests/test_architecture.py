@@ -18,7 +18,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "airflow_provider_crew"
-MAX_MODULE_LINES = 470  # "about 450"
+MAX_MODULE_LINES = 450
+# The local crew service (testing/) is the tests' machinery, not the provider: it may run longer.
+MAX_TESTING_MODULE_LINES = 470
 MAX_FUNCTION_BODY_LINES = 60
 
 
@@ -60,7 +62,8 @@ def test_modules_stay_short_enough_to_read():
     long = {
         str(p.relative_to(REPO)): n
         for p in _modules()
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines()))
+        > (MAX_TESTING_MODULE_LINES if "testing" in p.parts else MAX_MODULE_LINES)
     }
     assert long == {}
 
