@@ -9,7 +9,8 @@ and helpers. Behind one door, a new Airflow release changes one module: docs/arc
 Airflow APIs") lists every name with its public alternative, and tests/test_private_airflow_apis.py
 fails naming the name when the installed Airflow removes or changes one. The differences between
 releases are settled here too: Airflow 3.4 keeps XComs and rendered fields per attempt
-(``task_instance_id``), and :func:`of_task_instance` reads the attempt's rows there.
+(``task_instance_id``): :func:`of_task_instance` reads the attempt's rows there, and
+:func:`set_task_xcom` writes the attempt's row to the table behind 3.4's read-only ``XComModel``.
 
 Every import stays inside a function: each ``airflow`` command and component loads the plugin, and
 importing ``airflow.models`` when a plugin module is imported would slow them all.
@@ -48,10 +49,20 @@ def task_instance_model() -> Any:
 
 
 def xcom_model() -> Any:
-    """Airflow's ``XComModel`` (3.4: a read-only projection over both XCom stores)."""
+    """Airflow's ``XComModel``, to read XComs (3.4: a read-only projection over both XCom stores)."""
     from airflow.models.xcom import XComModel
 
     return XComModel
+
+
+def xcom_write_model() -> Any:
+    """The model a task instance's XCom row is written to: 3.4's ``XComModelV2`` (table ``xcom_v2``, a row
+    per attempt and key), as its execution API writes one; before 3.4, ``XComModel`` itself."""
+    try:
+        from airflow.models.xcom import XComModelV2
+    except ImportError:  # before 3.4
+        return xcom_model()
+    return XComModelV2
 
 
 def rendered_fields_model() -> Any:
@@ -293,25 +304,40 @@ def lock_task_instance(db: Any, dag_id: str, run_id: str, task_id: str, map_inde
 
 
 def set_task_xcom(db: Any, ti: Any, key: str, value: Any) -> None:
-    """Store ``value`` (JSON) as the task instance's XCom ``key``, replacing the one stored: Airflow
-    deletes it with the task instance's XComs when a new try starts, and with the DAG run.
+    """Store ``value`` (JSON) as the task instance's XCom ``key``, replacing the one stored: before 3.4
+    Airflow deletes it with the task instance's XComs when a new try starts, and with the DAG run; 3.4
+    keeps it with the attempt that wrote it (its row, keyed by ``task_instance_id``), which a new try's
+    reads do not see.
 
     Stored as a task's own push is (the execution API's row: the JSON as it is), so that ``xcom_pull``,
     the REST API and the UI read it as they read the task's: ``XComModel.set`` encodes the value to
-    text first, which Airflow 3.0's REST API then returns as text.
+    text first, which Airflow 3.0's REST API then returns as text. 3.4's ``XComModel`` takes no write
+    (a projection: the delete is refused, an insert raises), so the row goes to :func:`xcom_write_model`.
     """
     from sqlalchemy import delete
 
-    XCom = xcom_model()
-    row = {
+    XCom = xcom_write_model()
+    per_attempt = getattr(XCom, "task_instance_id", None) is not None
+    row = _xcom_row(ti, key, per_attempt)
+    db.execute(delete(XCom).where(*(getattr(XCom, column) == named for column, named in row.items())))
+    if per_attempt:  # 3.4: the attempt's id and the key name the row (``xcom_v2_ti_key_uq``)
+        db.add(XCom(value=value, **row))
+    else:
+        db.add(XCom(dag_run_id=ti.dag_run.id, value=value, **row))
+
+
+def _xcom_row(ti: Any, key: str, per_attempt: bool) -> dict[str, Any]:
+    """The columns that name the task instance's XCom ``key``: its attempt's id (3.4), else its dag, run,
+    task and map index."""
+    if per_attempt:
+        return {"task_instance_id": ti.id, "key": key}
+    return {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,
         "task_id": ti.task_id,
         "map_index": ti.map_index,
         "key": key,
     }
-    db.execute(delete(XCom).where(*(getattr(XCom, column) == named for column, named in row.items())))
-    db.add(XCom(dag_run_id=ti.dag_run.id, value=value, **row))
 
 
 def run_key_xcoms(db: Any, dag_id: str, run_id: str, key: str) -> list[Any]:

@@ -1,11 +1,13 @@
 """The api-server's door to Airflow's private parts (:mod:`airflow_provider_crew.plugins.airflow_db`).
 
-That no other plugin module goes around it; and that its reads of XComs and rendered fields pick the
+That no other plugin module goes around it; that its reads of XComs and rendered fields pick the
 rows of the task instance's attempt where Airflow keeps them per attempt (3.4: ``task_instance_id``)
-and the rows of its dag, run, task and map index before. Airflow 3.4 is not installed here: its shape
-is stood in for by mapped models on an in-memory SQLite database (3.4's ``XComModel`` projects both the
-attempt's id and the four columns; its task instance table holds one row per attempt, of which the ORM
-sees the live one), next to the four-column shape of 3.0-3.3.
+and the rows of its dag, run, task and map index before; and that it writes a task instance's XCom
+where each release keeps it (3.4: the attempt's row in ``xcom_v2``, behind a read-only ``XComModel``).
+Airflow 3.4 is not installed here: its shape is stood in for by mapped models on an in-memory SQLite
+database (3.4's ``XComModel`` is a read-only projection of the ``xcom_v2`` rows with their attempt's
+four columns; its task instance table holds one row per attempt, of which the ORM sees the live one),
+next to the four-column shape of 3.0-3.3.
 """
 
 from __future__ import annotations
@@ -16,12 +18,28 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from uuid import uuid4
 
 import pytest
-from sqlalchemy import JSON, Column, DateTime, Integer, String, create_engine, select
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    String,
+    Table,
+    UniqueConstraint,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy import inspect as inspect_model
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, declarative_base
 
-from airflow_provider_crew.plugins import airflow_db
+from airflow_provider_crew.crew_events import XCOM_CREW_EVENTS, CrewEvent
+from airflow_provider_crew.plugins import airflow_db, event_receiver
 from airflow_provider_crew.plugins import crew_views_data as data
 from airflow_provider_crew.waiting.xcom import XCOM_STATUS, XCOM_USAGE
 
@@ -96,26 +114,67 @@ class _Coordinates:
 
 
 class XComByTask(_Coordinates, Base):
-    """3.0-3.3: one row per task instance and key."""
+    """3.0-3.3: one row per task instance and key, read and written (``XComModel``)."""
 
     __tablename__ = "xcom"
     key = Column(String, primary_key=True)
+    dag_run_id = Column(Integer, nullable=True)
     value = Column(JSON)
     timestamp = Column(DateTime(timezone=True), default=NOW)
 
 
-class XComByAttempt(Base):
-    """3.4: one row per attempt and key; the projection also carries the task instance's four columns."""
+class Attempt(Base):
+    """3.4's task instance table as its XCom projection joins it: every attempt, an earlier try's too."""
 
-    __tablename__ = "xcom_v2"
-    task_instance_id = Column(String, primary_key=True)
-    key = Column(String, primary_key=True)
+    __tablename__ = "attempt"
+    id = Column(String, primary_key=True)
     dag_id = Column(String)
     run_id = Column(String)
     task_id = Column(String)
     map_index = Column(Integer)
+
+
+class XComRowsByAttempt(Base):
+    """3.4's ``XComModelV2`` (``xcom_v2``), where an XCom is written: one row per attempt and key, no dag,
+    run, task nor map index."""
+
+    __tablename__ = "xcom_v2"
+    id = Column(String, primary_key=True, default=lambda: uuid4().hex)
+    task_instance_id = Column(String, nullable=False)
+    key = Column(String, nullable=False)
     value = Column(JSON)
-    timestamp = Column(DateTime(timezone=True), default=NOW)
+    timestamp = Column(DateTime(timezone=True), default=NOW, nullable=False)
+    dag_result = Column(Boolean, default=False)
+    __table_args__ = (UniqueConstraint("task_instance_id", "key", name="xcom_v2_ti_key_uq"),)
+
+
+class XComByAttempt(Base):
+    """3.4's ``XComModel``: a read-only projection of the ``xcom_v2`` rows with their attempt's four
+    columns (Airflow's also unions in the ``xcom_v1`` rows an upgrade left)."""
+
+    __table__ = (
+        select(
+            XComRowsByAttempt.task_instance_id,
+            XComRowsByAttempt.key,
+            XComRowsByAttempt.value,
+            XComRowsByAttempt.timestamp,
+            Attempt.dag_id,
+            Attempt.run_id,
+            Attempt.task_id,
+            Attempt.map_index,
+        )
+        .join(Attempt, XComRowsByAttempt.task_instance_id == Attempt.id)
+        .subquery("xcom")
+    )
+    __mapper_args__ = {"primary_key": [__table__.c.task_instance_id, __table__.c.key]}
+
+
+def _read_only(mapper: Any, connection: Any, target: Any) -> None:
+    raise TypeError("XCom read projection is read-only")  # as 3.4's _reject_projection_write
+
+
+for _mutation in ("before_insert", "before_update", "before_delete"):
+    event.listen(XComByAttempt, _mutation, _read_only)
 
 
 class RenderedByTask(_Coordinates, Base):
@@ -147,6 +206,7 @@ def db(monkeypatch):
         session.add(
             TaskInstance(id="try-2", state="failed", operator="CrewKickoffOperator", start_date=NOW, **TASK)
         )
+        session.add_all([Attempt(id="try-1", **TASK), Attempt(id="try-2", **TASK)])
         session.commit()
 
     @contextlib.contextmanager
@@ -167,9 +227,11 @@ def store(engine: Any, *rows: Any) -> None:
         session.commit()
 
 
-def use(monkeypatch, *, xcom: Any = None, rendered: Any = None) -> None:
+def use(monkeypatch, *, xcom: Any = None, written: Any = None, rendered: Any = None) -> None:
     if xcom is not None:
         monkeypatch.setattr(airflow_db, "xcom_model", lambda: xcom)
+    if written is not None:
+        monkeypatch.setattr(airflow_db, "xcom_write_model", lambda: written)
     if rendered is not None:
         monkeypatch.setattr(airflow_db, "rendered_fields_model", lambda: rendered)
 
@@ -206,9 +268,9 @@ def test_a_task_instances_xcoms_are_its_attempts_on_3_4(db, monkeypatch):
     use(monkeypatch, xcom=XComByAttempt)
     store(
         db,
-        XComByAttempt(task_instance_id="try-1", key="kickoff_id", value='"k-old"', **TASK),
-        XComByAttempt(task_instance_id="try-1", key=XCOM_STATUS, value='{"state": "FAILED"}', **TASK),
-        XComByAttempt(task_instance_id="try-2", key="kickoff_id", value='"k-new"', **TASK),
+        XComRowsByAttempt(task_instance_id="try-1", key="kickoff_id", value='"k-old"'),
+        XComRowsByAttempt(task_instance_id="try-1", key=XCOM_STATUS, value='{"state": "FAILED"}'),
+        XComRowsByAttempt(task_instance_id="try-2", key="kickoff_id", value='"k-new"'),
     )
     with airflow_db.session() as session:
         ti = live_ti(db)
@@ -258,10 +320,108 @@ def test_the_crews_page_shows_each_task_instances_current_attempt_on_3_4(db, mon
     stopped = '{"state": "RUNNING", "stopped": {"answer": "stopped"}}'
     store(
         db,
-        XComByAttempt(task_instance_id="try-1", key=XCOM_STATUS, value=stopped, **TASK),
-        XComByAttempt(task_instance_id="try-1", key=XCOM_USAGE, value='{"total_tokens": 999}', **TASK),
-        XComByAttempt(task_instance_id="try-2", key=XCOM_USAGE, value='{"total_tokens": 7}', **TASK),
+        XComRowsByAttempt(task_instance_id="try-1", key=XCOM_STATUS, value=stopped),
+        XComRowsByAttempt(task_instance_id="try-1", key=XCOM_USAGE, value='{"total_tokens": 999}'),
+        XComRowsByAttempt(task_instance_id="try-2", key=XCOM_USAGE, value='{"total_tokens": 7}'),
     )
     tis, xcoms = data._window(NOW - timedelta(days=1), None)
     assert [(ti.task_id, ti.run_state) for ti in tis] == [("kickoff", "running")]
     assert xcoms == {("d", "r", "kickoff", -1): {XCOM_USAGE: '{"total_tokens": 7}'}}
+
+
+# -- a task instance's XCom written (the event stream's ``crew_events``) ----------------------------
+
+
+def test_the_installed_airflows_xcom_is_written_to_a_table_of_the_shape_its_reads_take():
+    """3.4's ``XComModel`` is a projection that refuses writes: the door writes the table behind it
+    (``XComModelV2``), keyed as the reads are, and only with columns that table has."""
+    pytest.importorskip("airflow.models.xcom")
+    written = airflow_db.xcom_write_model()
+    assert isinstance(inspect_model(written).local_table, Table), "not a table: Airflow refuses the write"
+    per_attempt = getattr(written, "task_instance_id", None) is not None
+    assert per_attempt is (getattr(airflow_db.xcom_model(), "task_instance_id", None) is not None)
+    ti = SimpleNamespace(id="attempt", **TASK)
+    columns = {*airflow_db._xcom_row(ti, XCOM_CREW_EVENTS, per_attempt), "value"}
+    if not per_attempt:
+        columns.add("dag_run_id")
+    assert columns <= set(inspect_model(written).columns.keys())
+
+
+def test_a_task_instances_xcom_is_written_to_its_attempts_row_on_3_4(db, monkeypatch):
+    """Replaced in the attempt's own row (``try-2``), read back through the projection; an earlier try's
+    row is left to it. 3.4's ``XComModel`` itself takes no write (the door's write before 3.4 failed)."""
+    use(monkeypatch, xcom=XComByAttempt, written=XComRowsByAttempt)
+    store(
+        db, XComRowsByAttempt(task_instance_id="try-1", key=XCOM_CREW_EVENTS, value={"kickoff_id": "k-old"})
+    )
+    with airflow_db.session() as session:
+        ti = airflow_db.lock_task_instance(session, *TASK.values())
+        for events in ([1], [1, 2]):
+            airflow_db.set_task_xcom(session, ti, XCOM_CREW_EVENTS, {"kickoff_id": "k-new", "events": events})
+    kept = {"kickoff_id": "k-new", "events": [1, 2]}  # the JSON as it is, as the execution API stores it
+    with airflow_db.session() as session:
+        assert airflow_db.task_xcoms(session, live_ti(db), (XCOM_CREW_EVENTS,)) == {XCOM_CREW_EVENTS: kept}
+        assert airflow_db.run_key_xcoms(session, "d", "r", XCOM_CREW_EVENTS) == [kept]
+        rows = select(XComRowsByAttempt.task_instance_id, XComRowsByAttempt.value)
+        assert session.execute(rows.order_by(XComRowsByAttempt.task_instance_id)).all() == [
+            ("try-1", {"kickoff_id": "k-old"}),
+            ("try-2", kept),
+        ]
+    use(monkeypatch, written=XComByAttempt)
+    with airflow_db.session() as session, pytest.raises((ArgumentError, TypeError)):
+        airflow_db.set_task_xcom(session, live_ti(db), XCOM_CREW_EVENTS, kept)
+
+
+def test_a_task_instances_xcom_is_replaced_by_its_dag_run_task_and_map_index_before_3_4(db, monkeypatch):
+    """The statements 3.0-3.3 get are the execution API's: a delete by the four columns and the key, then
+    an insert with the run's id; another map index's row is left to it."""
+    use(monkeypatch, xcom=XComByTask, written=XComByTask)
+    store(
+        db,
+        XComByTask(key=XCOM_CREW_EVENTS, value={"kickoff_id": "k-old"}, dag_run_id=7, **TASK),
+        XComByTask(
+            key=XCOM_CREW_EVENTS, value={"kickoff_id": "k-x"}, dag_run_id=7, **{**TASK, "map_index": 0}
+        ),
+    )
+    statements: list[tuple[str, Any]] = []
+
+    def sent(connection, cursor, statement, parameters, context, executemany):
+        statements.append((statement, parameters))
+
+    event.listen(db, "before_cursor_execute", sent)
+    ti = SimpleNamespace(dag_run=SimpleNamespace(id=7), **TASK)
+    with airflow_db.session() as session:
+        airflow_db.set_task_xcom(session, ti, XCOM_CREW_EVENTS, {"kickoff_id": "k-new"})
+    event.remove(db, "before_cursor_execute", sent)
+    delete, insert = statements
+    assert delete == (
+        "DELETE FROM xcom WHERE xcom.dag_id = ? AND xcom.run_id = ? AND xcom.task_id = ? "
+        'AND xcom.map_index = ? AND xcom."key" = ?',
+        ("d", "r", "kickoff", -1, XCOM_CREW_EVENTS),
+    )
+    assert insert[0].startswith("INSERT INTO xcom ") and "task_instance_id" not in insert[0]
+    with airflow_db.session() as session:
+        rows = select(XComByTask.map_index, XComByTask.dag_run_id, XComByTask.value)
+        assert session.execute(rows.order_by(XComByTask.map_index)).all() == [
+            (-1, 7, {"kickoff_id": "k-new"}),
+            (0, 7, {"kickoff_id": "k-x"}),
+        ]
+
+
+def test_the_event_stream_keeps_a_task_instances_events_on_3_4(db, monkeypatch):
+    """Through the receiver's own storing (``add_events``): deliveries add up in the attempt's row."""
+    use(monkeypatch, xcom=XComByAttempt, written=XComRowsByAttempt)
+    monkeypatch.setattr(airflow_db, "xcom_value", lambda stored: stored)  # the stand-in's JSON, decoded
+    where = ("d", "r", "kickoff", -1)
+
+    def delivered(number: int) -> list[CrewEvent]:
+        stamp = f"2026-12-01T10:00:0{number}+00:00"
+        return [CrewEvent(id=f"e-{number}", execution_id="k-1", timestamp=stamp, type="task_started")]
+
+    assert [e.id for e in event_receiver.add_events(where, "k-1", delivered(1), False)[0]] == ["e-1"]
+    new, event_log = event_receiver.add_events(where, "k-1", delivered(2), False)
+    assert [e.id for e in new] == ["e-2"]
+    with airflow_db.session() as session:
+        stored = airflow_db.task_xcoms(session, live_ti(db), (XCOM_CREW_EVENTS,))[XCOM_CREW_EVENTS]
+        assert stored == event_log.model_dump(mode="json") and stored["kickoff_id"] == "k-1"
+        assert session.scalars(select(XComRowsByAttempt.task_instance_id)).all() == ["try-2"]
