@@ -36,6 +36,8 @@ from airflow_provider_crew.urls import CrewConnectionError, normalise_base_url
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+
 
 MAX_BACKOFF_SECONDS = 60.0
 KICKOFF_ID_PLACEHOLDER = "{kickoff_id}"
@@ -270,18 +272,25 @@ def unread_extras(connection: Any) -> str | None:
     return f"Extras the crew provider does not read: {', '.join(unread)}." if unread else None
 
 
+def not_defined_where_this_runs(conn_id: str) -> CrewConfigurationError:
+    """The error for a lookup of ``conn_id`` that Airflow did not find: where to define it (every lookup
+    of the provider's, in a task, a trigger or the api-server, says the same)."""
+    from airflow_provider_crew.exceptions import CrewConfigurationError
+
+    return CrewConfigurationError(
+        f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
+        f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets "
+        "backend."
+    )
+
+
 @contextmanager
 def defined_where_this_runs(conn_id: str) -> Iterator[None]:
-    """Around a lookup of ``conn_id``: Airflow's not-found error becomes one that says where to define
-    it (every lookup of the provider's, in a task, a trigger or the api-server, says the same)."""
+    """Around a lookup of ``conn_id``: Airflow's not-found error becomes the one that says where to
+    define it (:func:`not_defined_where_this_runs`)."""
     from airflow_provider_crew._compat import AirflowNotFoundException
-    from airflow_provider_crew.exceptions import CrewConfigurationError
 
     try:
         yield
     except AirflowNotFoundException:
-        raise CrewConfigurationError(
-            f"Connection {conn_id!r} is not defined where this runs. Define it for every Airflow component "
-            f"that uses it (workers and the triggerer): UI, AIRFLOW_CONN_{conn_id.upper()}, or a secrets "
-            "backend."
-        ) from None
+        raise not_defined_where_this_runs(conn_id) from None

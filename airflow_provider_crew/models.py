@@ -12,6 +12,7 @@ and the first request of a process pays the rest once.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from pydantic import (
     Field,
     SecretStr,
     StrictBool,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -45,6 +47,17 @@ def check_webhook_url(value: str | None, field_name: str) -> str | None:
             f"got {value!r}"
         )
     return value.strip()
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """A model's validation error: the fields and the problems, never the values (a webhook token may be
+    among them)."""
+    parts = []
+    for item in error.errors(include_input=False, include_url=False):
+        location = ".".join(str(part) for part in item["loc"])
+        text = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{location}: {text}" if location else text)
+    return "; ".join(parts)
 
 
 class _Wire(BaseModel):
@@ -237,6 +250,22 @@ class StopResult(BaseModel):
     outcome: StopOutcome
     detail: str = ""
 
+    @classmethod
+    def from_answer(cls, status_code: int, content: bytes) -> StopResult:
+        """What a ``POST /stop/{id}`` answer means. A service without the route answers 405, or a 404 about
+        the route (a framework's bare "Not Found", "No route for ..."), not about the execution
+        ("Execution not found")."""
+        said = ServiceError.from_answer(content).message or ""
+        if status_code < 300:
+            return cls(outcome=StopOutcome.STOPPED, detail=said)
+        if status_code == 400:  # "Cannot stop execution. Current state: SUCCESS"
+            return cls(outcome=StopOutcome.ALREADY_FINISHED, detail=said)
+        words = said.lower()
+        about_execution = "route" not in words and any(word in words for word in ("execution", "kickoff"))
+        if status_code == 405 or (status_code == 404 and not about_execution):
+            return cls(outcome=StopOutcome.NOT_SUPPORTED, detail=f"HTTP {status_code}")
+        return cls(outcome=StopOutcome.UNKNOWN, detail=f"HTTP {status_code}: {said or 'no error message'}")
+
     def describe(self) -> str:
         return f"{self.outcome.value} ({self.detail})" if self.detail else self.outcome.value
 
@@ -283,6 +312,25 @@ class ServiceError(BaseModel):
     details: Any = None
     missing_inputs: list[str] = Field(default_factory=list)
 
+    @staticmethod
+    def sent_by_service(content: bytes) -> bool:
+        """Whether an answer's body is the service's own JSON error (a string ``error`` or ``detail``),
+        not a gateway's text, HTML page or JSON ``{"message": ...}``."""
+        try:
+            body = json.loads(content)
+        except ValueError:
+            return False
+        return isinstance(body, dict) and any(isinstance(body.get(key), str) for key in ("error", "detail"))
+
+    @classmethod
+    def from_answer(cls, content: bytes) -> ServiceError:
+        """What an answer's body said: its JSON error shape, or its text."""
+        try:
+            body = json.loads(content.decode("utf-8")) if content else None
+        except ValueError:  # not JSON, or not UTF-8
+            body = None
+        return cls.from_body(body, content.decode("utf-8", errors="replace"))
+
     @classmethod
     def from_body(cls, body: Any, text: str = "") -> ServiceError:
         if not isinstance(body, Mapping):
@@ -328,6 +376,7 @@ __all__ = [
     "StopResult",
     "WebhookAuthentication",
     "check_webhook_url",
+    "describe_validation_error",
     "inputs_mismatch",
     "parse_inputs_response",
 ]

@@ -2,7 +2,8 @@
 
 The hook reads the ``crew`` connection (:mod:`airflow_provider_crew.connection`) and sends the
 contract's calls through :mod:`.client`. A triggerer may hold thousands of waits in one event loop:
-their async reads share, per loop, the connection and one aiohttp session (:mod:`.loop_connection`).
+their async reads go through what they share per loop, the connection and one aiohttp session
+(:mod:`.loop_connection`).
 The client, the models and the connection's validation are imported where a request is made: a DAG
 file imports the hook with the operators and never sends one.
 """
@@ -22,7 +23,7 @@ from airflow_provider_crew.connection_form import (
     connection_form_widgets,
 )
 from airflow_provider_crew.exceptions import CrewAuthenticationError, CrewError, CrewTransportError
-from airflow_provider_crew.hooks.loop_connection import SharedConnection, shared_connection, shared_session
+from airflow_provider_crew.hooks.loop_connection import aread_status, shared_connection, with_overrides
 
 if TYPE_CHECKING:
     import requests
@@ -103,14 +104,11 @@ class CrewHook(BaseHook):
         config = crew_connection.config_from_connection(
             connection, self.crew_conn_id, name_connection=name_connection
         )
-        return self._with_overrides(config), crew_connection.unread_extras(connection)
+        return with_overrides(config, self._overrides), crew_connection.unread_extras(connection)
 
     async def aget_config(self) -> CrewConnectionConfig:
         """The same settings, looked up without blocking the event loop (shared by the loop's waits)."""
-        return self._with_overrides((await shared_connection(self.crew_conn_id)).config)
-
-    def _with_overrides(self, config: CrewConnectionConfig) -> CrewConnectionConfig:
-        return config.model_copy(update=self._overrides) if self._overrides else config
+        return with_overrides((await shared_connection(self.crew_conn_id)).config, self._overrides)
 
     # -- sending ---------------------------------------------------------------------------------
 
@@ -136,14 +134,6 @@ class CrewHook(BaseHook):
         policy = RetryPolicy(call, self.config, deadline=deadline, max_retries=retry_limit, clock=self._clock)
         return send_with_retries(SyncTransport(self.session).send, policy, self._sleep)
 
-    async def _asend(self, call: Call, config: CrewConnectionConfig, *, deadline: float | None) -> Response:
-        """:meth:`_send` on the event loop, with its shared session and connection (``config``)."""
-        from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
-        from airflow_provider_crew.hooks.client.transport import AsyncTransport
-
-        policy = RetryPolicy(call, config, deadline=deadline, clock=self._clock)
-        return await asend_with_retries(AsyncTransport(shared_session()).send, policy)
-
     def _post(
         self,
         path: str,
@@ -156,8 +146,7 @@ class CrewHook(BaseHook):
     ) -> Any:
         """Check ``fields`` as a ``request`` body, POST it (never repeated when it may have arrived)
         and read the answer as ``answer``."""
-        from airflow_provider_crew.hooks.client.request import build_request_model, post_call
-        from airflow_provider_crew.hooks.client.response import read_answer
+        from airflow_provider_crew.hooks.client.request import build_request_model, post_call, read_answer
 
         body = build_request_model(request, **fields).to_wire()
         call = post_call(self.config, path, body, if_unknown=if_unknown, conn_id=self._named_conn_id)
@@ -167,8 +156,7 @@ class CrewHook(BaseHook):
 
     def get_inputs(self) -> list[str]:
         """``GET /inputs``: the names of the inputs the crew expects."""
-        from airflow_provider_crew.hooks.client.request import get_call
-        from airflow_provider_crew.hooks.client.response import read_answer
+        from airflow_provider_crew.hooks.client.request import get_call, read_answer
         from airflow_provider_crew.models import parse_inputs_response
 
         call = get_call(self.config, "/inputs", conn_id=self._named_conn_id)
@@ -219,8 +207,7 @@ class CrewHook(BaseHook):
         :param deadline: Epoch seconds; retries that would sleep past it are not made, so a wait's
             deadline holds even when the service asks for long ``Retry-After`` pauses.
         """
-        from airflow_provider_crew.hooks.client.request import Call
-        from airflow_provider_crew.hooks.client.response import read_status
+        from airflow_provider_crew.hooks.client.request import Call, read_status
 
         read = read_status(self.config, kickoff_id, conn_id=self._named_conn_id)
         step = next(read)
@@ -231,29 +218,17 @@ class CrewHook(BaseHook):
     async def aget_status(self, kickoff_id: str, *, deadline: float | None = None) -> CrewStatus:
         """:meth:`get_status` for triggers, without blocking the event loop: same requests, same reading.
 
-        Every wait in the event loop shares the connection, the requests' headers and the session.
+        Every wait in the event loop shares the connection, the requests' headers and the session
+        (:func:`~.loop_connection.aread_status`).
         """
-        shared = await shared_connection(self.crew_conn_id)
-        try:
-            return await self._aread_status(shared, kickoff_id, deadline)
-        except CrewAuthenticationError:  # a token rotated within the loop's TTL: look it up again, once
-            fresh = await shared_connection(self.crew_conn_id, stale=shared)
-            if fresh.config.token == shared.config.token:
-                raise
-            return await self._aread_status(fresh, kickoff_id, deadline)
-
-    async def _aread_status(
-        self, shared: SharedConnection, kickoff_id: str, deadline: float | None
-    ) -> CrewStatus:
-        from airflow_provider_crew.hooks.client.request import Call
-        from airflow_provider_crew.hooks.client.response import read_status
-
-        config = self._with_overrides(shared.config)
-        read = read_status(config, kickoff_id, headers=shared.headers, conn_id=self._named_conn_id)
-        step = next(read)
-        while isinstance(step, Call):
-            step = read.send(await self._asend(step, config, deadline=deadline))
-        return step
+        return await aread_status(
+            self.crew_conn_id,
+            kickoff_id,
+            deadline=deadline,
+            overrides=self._overrides,
+            named_conn_id=self._named_conn_id,
+            clock=self._clock,
+        )
 
     def resume(
         self,
@@ -299,14 +274,14 @@ class CrewHook(BaseHook):
             after it asks it to stop).
         """
         from airflow_provider_crew.hooks.client.request import stop_call
-        from airflow_provider_crew.hooks.client.response import read_stop_answer
+        from airflow_provider_crew.models import StopOutcome, StopResult
 
         try:
             call = stop_call(self.config, kickoff_id, conn_id=self._named_conn_id)
-            answer: Response | CrewError = self._send(call, retry_limit=1, deadline=time.time() + patience)
+            answer = self._send(call, retry_limit=1, deadline=time.time() + patience)
         except CrewError as error:
-            answer = error
-        return read_stop_answer(answer)
+            return StopResult(outcome=StopOutcome.UNKNOWN, detail=str(error))
+        return StopResult.from_answer(answer.status_code, answer.content)
 
     # -- Airflow's Test action -------------------------------------------------------------------
 

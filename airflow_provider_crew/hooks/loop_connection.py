@@ -1,25 +1,29 @@
-"""What the waits of one event loop share (a triggerer may hold thousands): the ``crew`` connection,
-looked up once per loop and :data:`CONNECTION_TTL_SECONDS` with its status requests' headers, and one
-``aiohttp`` session (:func:`shared_session`), closed when the loop ends.
+"""What the waits of one event loop share (a triggerer may hold thousands), and their status read
+through it (:func:`aread_status`): the ``crew`` connection, looked up once per loop and
+:data:`CONNECTION_TTL_SECONDS` with its status requests' headers (again at once when the service
+refuses its token), and one ``aiohttp`` session (:func:`shared_session`), closed when the loop ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_crew._compat import aget_connection
+from airflow_provider_crew._compat import AirflowNotFoundException, aget_connection
+from airflow_provider_crew.exceptions import CrewAuthenticationError
 
 if TYPE_CHECKING:
     import aiohttp
 
     from airflow_provider_crew.connection import CrewConnectionConfig
+    from airflow_provider_crew.status import CrewStatus
 
 # How long a connection looked up for the waits of an event loop is used before it is looked up
 # again: a rotated token or a moved service is picked up within this long (at once, when the service
-# refuses the token it holds: CrewHook.aget_status).
+# refuses the token it holds: aread_status).
 CONNECTION_TTL_SECONDS = 60.0
 
 
@@ -71,13 +75,15 @@ async def shared_connection(
 async def _look_up(
     conn_id: str, ttl: float, connections: dict[str, SharedConnection | asyncio.Task[SharedConnection]]
 ) -> SharedConnection:
-    from airflow_provider_crew.connection import config_from_connection, defined_where_this_runs
+    from airflow_provider_crew.connection import config_from_connection, not_defined_where_this_runs
     from airflow_provider_crew.hooks.client.request import request_headers
 
     this = asyncio.current_task()
     try:
-        with defined_where_this_runs(conn_id):
+        try:
             connection = await aget_connection(conn_id)
+        except AirflowNotFoundException:
+            raise not_defined_where_this_runs(conn_id) from None
         config = config_from_connection(connection, conn_id)
     except BaseException:
         if connections.get(conn_id) is this:
@@ -87,6 +93,61 @@ async def _look_up(
     shared = SharedConnection(conn_id, config, request_headers(config), loop_time + ttl)
     connections[conn_id] = shared
     return shared
+
+
+def with_overrides(config: CrewConnectionConfig, overrides: Mapping[str, Any]) -> CrewConnectionConfig:
+    """``config`` with a hook's overrides of its settings (``retry_limit``, ``retry_delay``), if any."""
+    return config.model_copy(update=overrides) if overrides else config
+
+
+# -- the status read ------------------------------------------------------------------------------------
+
+
+async def aread_status(
+    conn_id: str,
+    kickoff_id: str,
+    *,
+    deadline: float | None,
+    overrides: Mapping[str, Any],
+    named_conn_id: str | None,
+    clock: Callable[[], float],
+) -> CrewStatus:
+    """:meth:`.crew.CrewHook.aget_status`: ``kickoff_id``'s status read with ``conn_id`` as the loop's
+    waits share it (the hook passes its ``overrides``, how its errors name the connection and the clock
+    of its retry policy). A token rotated within :data:`CONNECTION_TTL_SECONDS` is refused: the
+    connection is looked up again at once, and the status read once more unless the token is the same.
+    """
+    shared = await shared_connection(conn_id)
+    try:
+        return await _read_status(shared, kickoff_id, deadline, overrides, named_conn_id, clock)
+    except CrewAuthenticationError:  # a token rotated within the loop's TTL: look it up again, once
+        fresh = await shared_connection(conn_id, stale=shared)
+        if fresh.config.token == shared.config.token:
+            raise
+        return await _read_status(fresh, kickoff_id, deadline, overrides, named_conn_id, clock)
+
+
+async def _read_status(
+    shared: SharedConnection,
+    kickoff_id: str,
+    deadline: float | None,
+    overrides: Mapping[str, Any],
+    named_conn_id: str | None,
+    clock: Callable[[], float],
+) -> CrewStatus:
+    """One read with ``shared``: each request of :func:`.client.request.read_status` sent under the retry
+    policy through the loop's session."""
+    from airflow_provider_crew.hooks.client.request import Call, read_status
+    from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
+    from airflow_provider_crew.hooks.client.transport import AsyncTransport
+
+    config = with_overrides(shared.config, overrides)
+    read = read_status(config, kickoff_id, headers=shared.headers, conn_id=named_conn_id)
+    step = next(read)
+    while isinstance(step, Call):
+        policy = RetryPolicy(step, config, deadline=deadline, clock=clock)
+        step = read.send(await asend_with_retries(AsyncTransport(shared_session()).send, policy))
+    return step
 
 
 # -- the session ----------------------------------------------------------------------------------------
@@ -140,6 +201,8 @@ __all__ = [
     "CONNECTION_TTL_SECONDS",
     "SHARED_SESSIONS",
     "SharedConnection",
+    "aread_status",
     "shared_connection",
     "shared_session",
+    "with_overrides",
 ]

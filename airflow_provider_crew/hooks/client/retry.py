@@ -1,10 +1,9 @@
 """The retry policy: after each attempt of a request, wait and repeat it, take the answer, or fail.
 
-:func:`.response.what_came_back` names an attempt's outcome; :data:`POST_RULE` (a kickoff or resume) and
-:data:`GET_RULE` (every request a repeat cannot make act twice: a GET, a stop) say what the client
-does with it, and :meth:`RetryPolicy.decide` is the one place that acts on them. docs/reliability.md
-("Paid requests: nothing sent twice") shows :data:`POST_RULE` and explains the budget, the limit,
-the back-off and the deadline; tests/hooks/client/test_retry.py checks that the two tables are the same.
+:data:`POST_RULE` and :data:`GET_RULE` say what the client does with each row of
+:func:`.response.what_came_back`, and :meth:`RetryPolicy.decide` is the one place that acts on them.
+docs/reliability.md ("Paid requests: nothing sent twice") shows :data:`POST_RULE` and explains the budget,
+the limit, the back-off and the deadline; tests/hooks/client/test_retry.py checks the two tables match.
 """
 
 from __future__ import annotations
@@ -21,14 +20,12 @@ from email.utils import parsedate_to_datetime
 from airflow_provider_crew import metrics
 from airflow_provider_crew.connection import MAX_BACKOFF_SECONDS, CrewConnectionConfig
 from airflow_provider_crew.exceptions import CrewError, CrewTransportError
-from airflow_provider_crew.hooks.client.request import Call
+from airflow_provider_crew.hooks.client.request import Call, explain, outcome_unknown
 from airflow_provider_crew.hooks.client.response import (
+    UNKNOWN_AFTER,
     Came,
     Response,
     TransportFailure,
-    explain,
-    outcome_unknown,
-    unknown_reason,
     what_came_back,
 )
 from airflow_provider_crew.hooks.client.transport import Limits
@@ -148,7 +145,9 @@ class RetryPolicy:
             assert isinstance(outcome, Response)
             return outcome
         if step is Step.NEVER_AGAIN:
-            return outcome_unknown(self.call, unknown_reason(outcome))
+            if isinstance(outcome, TransportFailure):
+                return outcome_unknown(self.call, outcome.reason)
+            return outcome_unknown(self.call, UNKNOWN_AFTER[came].format(code=outcome.status_code))
         if isinstance(outcome, Response):
             delay, why = self.backoff(retry_after_seconds(outcome.headers)), f"answered {outcome.status_code}"
         else:

@@ -1,9 +1,7 @@
 """One attempt of a request under its :class:`Limits`: sync (``requests``) or async (``aiohttp``).
 
-A task's calls go through :class:`SyncTransport` with the hook's ``requests`` session; the triggers'
-through :class:`AsyncTransport` with their event loop's ``aiohttp`` session (:mod:`..loop_connection`).
-Each follows only the redirects :func:`redirect_target` allows and reports the answer or how far it got
-before failing (:class:`~.response.TransportFailure`); :mod:`.retry` decides what comes next.
+A task's calls go through :class:`SyncTransport`, a trigger's through :class:`AsyncTransport`; each follows
+only the redirects :func:`redirect_target` allows, and :mod:`.retry` decides what comes next.
 
 Both hold an answer to the same :class:`Limits`, so a hostile service costs one request, never the
 triggerer that reads every DAG's waits (docs/reliability.md, "Hostile or broken services"). The HTTP
@@ -24,20 +22,11 @@ from urllib.parse import urljoin, urlsplit
 
 from airflow_provider_crew.connection_form import CONN_FIELDS, HOST_LABEL
 from airflow_provider_crew.exceptions import CrewRedirectError, CrewResponseTooLargeError
-from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING, Call
-from airflow_provider_crew.hooks.client.response import (
-    Came,
-    Response,
-    TransportFailure,
-    explain,
-    setting,
-    unreadable,
-)
+from airflow_provider_crew.hooks.client.request import ACCEPT_ENCODING, Call, explain, setting, unreadable
+from airflow_provider_crew.hooks.client.response import Came, Response, TransportFailure
 from airflow_provider_crew.urls import DEFAULT_PORTS
 
-if TYPE_CHECKING:
-    # Imported where used: a DAG file that imports an operator or sensor needs them only when a
-    # task runs or a trigger polls.
+if TYPE_CHECKING:  # imported where used: a task needs only requests, a trigger only aiohttp
     import aiohttp
     import requests
 
@@ -192,14 +181,10 @@ def classify_requests_error(error: requests.RequestException) -> Came:
     if isinstance(error, requests.exceptions.ConnectTimeout):
         return Came.NOTHING
     if isinstance(error, requests.exceptions.ConnectionError):
-        # urllib3 wraps "could not connect" (refused, DNS) as NewConnectionError in the reason.
+        # urllib3 wraps "could not connect" (refused, DNS) as NewConnectionError, or in the reason.
         inner = error.args[0] if error.args else None
-        reason = getattr(inner, "reason", None)
-        if isinstance(reason, urllib3.exceptions.NewConnectionError) or isinstance(
-            inner, urllib3.exceptions.NewConnectionError
-        ):
-            return Came.NOTHING
-        return Came.LOST
+        connecting = isinstance(getattr(inner, "reason", inner), urllib3.exceptions.NewConnectionError)
+        return Came.NOTHING if connecting else Came.LOST
     if isinstance(error, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema)):
         return Came.REFUSED
     return Came.LOST
@@ -214,11 +199,11 @@ def describe_requests_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
+@dataclass(slots=True)
 class SyncTransport:
     """Sends attempts with ``requests`` (one session, so connections are reused)."""
 
-    def __init__(self, session: requests.Session) -> None:
-        self.session = session
+    session: requests.Session
 
     def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
         """One attempt of ``call``, following allowed redirects, read whole under ``limits``."""
@@ -291,11 +276,11 @@ def classify_aiohttp_error(error: BaseException) -> Came:
     return Came.LOST
 
 
+@dataclass(slots=True)
 class AsyncTransport:
     """Sends GET attempts with ``aiohttp`` (the event loop's shared session; kickoff and resume stay sync)."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
+    session: aiohttp.ClientSession
 
     async def send(self, call: Call, limits: Limits) -> Response | TransportFailure:
         """One attempt of ``call``, following allowed redirects, read whole under ``limits``."""
