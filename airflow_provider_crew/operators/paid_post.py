@@ -34,10 +34,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew._compat import AirflowFailException, task_state_store
-from airflow_provider_crew.exceptions import CrewError, CrewOutcomeUnknownError
+from airflow_provider_crew.exceptions import (
+    CrewError,
+    CrewKickoffNotRecordedError,
+    CrewNotFoundError,
+    CrewOutcomeUnknownError,
+)
+from airflow_provider_crew.status import CrewState
+from airflow_provider_crew.waiting.rules import Outcome
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_crew.hooks.crew import CrewHook
 
 Answer = TypeVar("Answer")
 
@@ -156,6 +165,7 @@ class PaidPost:
             "POST /kickoff" if execution_id is None else f"POST /resume to crew execution {execution_id}"
         )
         self.kind = kind
+        #: The task's metric tags, read once: the alerts below and the task's own metrics use them.
         self.task = metrics.task_tags(context["ti"])
         self.log = task.log
         self.execution_id = execution_id
@@ -244,4 +254,116 @@ class PaidPost:
                 pause = min(pause * 2, 15.0)
 
 
-__all__ = ["PaidPost", "RetryRecords", "claim_refused", "sent_nothing", "stopped_while_sending"]
+# -- the kickoff's record ---------------------------------------------------------------------------
+# Claimed, then the execution's id and when it started, so that a retry follows that execution instead
+# of starting another; only one that ended FAILED is started anew (that is what a retry is for). A retry
+# finds it even when Airflow failed a try that had finished; after a clear it reads as absent.
+KICKOFF_RECORD_KEY = "crew_kickoff_id"
+#: Where 1.0 kept its claim, with the try's number and the time, beside a record of the id alone.
+LEGACY_KICKOFF_CLAIM_KEY = "crew_kickoff_claim"
+
+
+def kickoff_record(context: Context, task: Any) -> PaidPost:
+    """The record of this run's ``POST /kickoff``; ``task`` is the kickoff task (its ``timeout``, ``log``)."""
+    return PaidPost(context, task, key=KICKOFF_RECORD_KEY, kind="kickoff")
+
+
+def execution_to_reattach(record: PaidPost, hook: CrewHook, *, meta: object) -> dict[str, Any] | None:
+    """The record (``kickoff_id``, ``epoch_seconds``) of the execution an earlier try of this run
+    started, for a retry to follow; None when no try started one, or when it ended FAILED.
+
+    :param record: The kickoff's record (:func:`kickoff_record`).
+    :param hook: Reads the execution's state.
+    :param meta: The kickoff's ``meta``, named when an earlier try was stopped while sending.
+    """
+    earlier = record.earlier()
+    # 1.0's record has no try number and no time: its claim has (delete a week after 1.1 is out).
+    legacy_claim = record.records.get(LEGACY_KICKOFF_CLAIM_KEY)
+    if legacy_claim is not None:
+        earlier = {**legacy_claim, "state": "claimed", **(earlier or {})}
+    if earlier is None:
+        return None
+    if earlier["state"] == "claimed":
+        # The earlier try was stopped during POST /kickoff (or its outcome was unknown): an execution may
+        # be running. Nothing tells it from a request that never arrived, so none is started.
+        raise stopped_while_sending(
+            earlier,
+            set_out_to="start a crew execution",
+            unrecorded="the execution's id",
+            unknown="the service may have started one, which then runs unclaimed (look for it at the "
+            f"service, meta {meta or {}}).",
+            fix="Clear the task to start a new execution.",
+        )
+    kickoff_id = earlier["kickoff_id"]
+    try:
+        state: CrewState | None = hook.get_status(kickoff_id).state
+    except CrewNotFoundError:
+        state = None  # possibly still queued; the wait tolerates a short run of 404s
+    if state is CrewState.FAILED:
+        # The new claim replaces this record in one write: a later try that finds the claim knows this
+        # try may have started an execution, instead of reading the old FAILED one.
+        record.log.info("Crew execution %s of an earlier try FAILED; starting a new one.", kickoff_id)
+        return None
+    record.log.info(
+        "Reattaching to crew execution %s started by an earlier try (state: %s) instead of starting a "
+        "second one.",
+        kickoff_id,
+        state.value if state else "not visible yet",
+    )
+    return earlier
+
+
+def start_execution(record: PaidPost, post: Callable[[], str], *, claim: Mapping[str, Any]) -> dict[str, Any]:
+    """Send ``POST /kickoff`` through the kickoff's record (:meth:`PaidPost.send`): the new execution's
+    record, kept before anything else can fail, with the time its id came back (the one XCom
+    ``kicked_off_at`` publishes). An unknown outcome fails without retry and leaves the claim.
+
+    :param record: The kickoff's record (:func:`kickoff_record`).
+    :param post: Sends the request; the execution's id.
+    :param claim: What the claim keeps (the try's number).
+    """
+    return record.send(
+        lambda: {"kickoff_id": post(), "epoch_seconds": time.time()},
+        claim=claim,
+        sent=lambda started: started,
+        unrecorded=_kickoff_not_recorded,
+    )
+
+
+def execution_ended(record: PaidPost, outcome: Outcome) -> None:
+    """After the wait: a FAILED execution is forgotten, so that a retry starts anew. After any other end
+    the record stays: a try Airflow failed after it had finished (its heartbeat was late, on an
+    overloaded Airflow) leaves its retry the execution to reattach to, not a second one to start."""
+    if outcome is Outcome.FAILED:
+        forget_execution(record)
+
+
+def forget_execution(record: PaidPost) -> None:
+    """Drop the kickoff's record, and 1.0's claim: a retry, or the next run, starts anew."""
+    record.drop()
+    record.records.delete(LEGACY_KICKOFF_CLAIM_KEY)
+
+
+def _kickoff_not_recorded(started: Mapping[str, Any], error: Exception) -> CrewError:
+    """Without its record a retry would start a second execution: fail without retry, naming it."""
+    kickoff_id = started["kickoff_id"]
+    return CrewKickoffNotRecordedError(
+        f"Crew execution {kickoff_id} started, but Airflow could not record its id for a retry to "
+        f"reattach to ({type(error).__name__}: {error}). The task fails without retry so that no "
+        "second execution starts; the execution keeps running: follow it with "
+        f"CrewStatusSensor(kickoff_id={kickoff_id!r}) or cancel it at the service."
+    )
+
+
+__all__ = [
+    "PaidPost",
+    "RetryRecords",
+    "claim_refused",
+    "execution_ended",
+    "execution_to_reattach",
+    "forget_execution",
+    "kickoff_record",
+    "sent_nothing",
+    "start_execution",
+    "stopped_while_sending",
+]

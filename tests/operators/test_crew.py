@@ -6,6 +6,7 @@ The real path (kickoff, wait, resume over HTTP inside real DAG runs) is in tests
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from datetime import timedelta
 from unittest import mock
 
@@ -19,6 +20,7 @@ from airflow_provider_crew.exceptions import (
     CrewExecutionNotFoundError,
     CrewExecutionTimeoutError,
 )
+from airflow_provider_crew.operators import paid_post
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 
 KICKOFF_ID = "0b6f3c1e-0000-4000-8000-000000000001"
@@ -183,6 +185,31 @@ def test_execute_complete_on_pause_fails_without_retry_when_asked_to():
 def test_execute_complete_fails_clearly(evt, error, message):
     with pytest.raises(error, match=message):
         kickoff().execute_complete({"ti": FakeTI()}, evt)
+
+
+class StateStore(dict):
+    """The task state store (Airflow 3.3+), in memory."""
+
+    def set(self, key: str, value: object, *, retention: object = None) -> None:
+        self[key] = value
+
+    def delete(self, key: str) -> None:
+        self.pop(key, None)
+
+
+@pytest.mark.parametrize(
+    ("evt", "kept"), [(event("failed", {"state": "FAILED"}), False), (event("succeeded"), True)]
+)
+def test_a_failed_execution_is_forgotten_for_the_retry_and_any_other_end_keeps_it(monkeypatch, evt, kept):
+    records = {
+        paid_post.KICKOFF_RECORD_KEY: {"kickoff_id": KICKOFF_ID, "state": "sent", "max_tries": None},
+        paid_post.LEGACY_KICKOFF_CLAIM_KEY: {"try_number": 1, "max_tries": None},  # 1.0's claim goes too
+    }
+    store = StateStore(records)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
+    with nullcontext() if kept else pytest.raises(CrewExecutionFailedError):
+        kickoff().execute_complete({"ti": FakeTI()}, evt)
+    assert store == (records if kept else {})
 
 
 def test_kickoff_without_waiting_returns_the_id_and_pushes_it(crew_conn):

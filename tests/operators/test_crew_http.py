@@ -16,7 +16,7 @@ from airflow_provider_crew.exceptions import (
     CrewTransportError,
 )
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import paid_post as operators_base
+from airflow_provider_crew.operators import paid_post
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.operators.resume import CrewResumeOperator
 from airflow_provider_crew.status import CrewState
@@ -141,7 +141,7 @@ class FakeStateStore:
     ``succeeding`` (an overloaded API server, or one that no longer counts this try as running)."""
 
     def __init__(
-        self, failures: int = 0, failing_key: str = CrewKickoffOperator.RECORD_KEY, succeeding: int = 0
+        self, failures: int = 0, failing_key: str = paid_post.KICKOFF_RECORD_KEY, succeeding: int = 0
     ) -> None:
         self.values: dict[str, object] = {}
         self.retentions: dict[str, object] = {}
@@ -180,7 +180,7 @@ def _kickoff_operator(
         inputs={"topic": "ops", "current_year": "2026"},
         **{"deferrable": False, "poll_interval": 0.1, **kwargs},
     )
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     return op
 
 
@@ -192,7 +192,7 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     with pytest.raises(RuntimeError, match="API_SERVER_ERROR"):
         first_try.execute({"ti": XComDownTI()})  # the first XCom push after the kickoff fails
     [kickoff_id] = crew_service.executions
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
 
     retry = _kickoff_operator(store, monkeypatch)
     ti = FakeTI(try_number=2)
@@ -201,11 +201,11 @@ def test_the_execution_is_recorded_for_retries_before_xcom_and_a_retry_reattache
     # The retry tells downstream tasks about the execution again (a new try starts with no XCom),
     # with the time of the first try's kickoff: a sensor downstream counts its 404 grace from it.
     assert ti.xcom["webhooks"]["kickoff_id"] == kickoff_id and ti.xcom["kickoff_id"] == kickoff_id
-    kicked_off_at = store.values[CrewKickoffOperator.RECORD_KEY]["epoch_seconds"]
+    kicked_off_at = store.values[paid_post.KICKOFF_RECORD_KEY]["epoch_seconds"]
     assert ti.xcom["kicked_off_at"] == {"kickoff_id": kickoff_id, "epoch_seconds": kicked_off_at}
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["state"] == "sent"
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["state"] == "sent"
     # Kept after the end: a try Airflow fails after it finished leaves the execution to its retry.
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
 
 
 def test_a_retry_reattaching_to_a_record_of_1_0_publishes_its_claims_time(
@@ -214,8 +214,8 @@ def test_a_retry_reattaching_to_a_record_of_1_0_publishes_its_claims_time(
     # 1.0 kept the id alone under the record's key, and its claim, with the time, under a key of its own.
     store = FakeStateStore()
     kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
-    store.values[CrewKickoffOperator.RECORD_KEY] = {"kickoff_id": kickoff_id, "max_tries": 0}
-    store.values[CrewKickoffOperator.LEGACY_CLAIM_KEY] = {
+    store.values[paid_post.KICKOFF_RECORD_KEY] = {"kickoff_id": kickoff_id, "max_tries": 0}
+    store.values[paid_post.LEGACY_KICKOFF_CLAIM_KEY] = {
         "try_number": 1,
         "epoch_seconds": 12.5,
         "max_tries": 0,
@@ -228,7 +228,7 @@ def test_a_retry_reattaching_to_a_record_of_1_0_publishes_its_claims_time(
 
 def test_a_retry_after_a_1_0_claim_without_an_id_starts_nothing(crew_service, crew_connection, monkeypatch):
     store = FakeStateStore()
-    store.values[CrewKickoffOperator.LEGACY_CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
+    store.values[paid_post.LEGACY_KICKOFF_CLAIM_KEY] = {"try_number": 1, "epoch_seconds": 0, "max_tries": 0}
     with pytest.raises(CrewOutcomeUnknownError, match="Try 1 of this task set out to start"):
         _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
     assert crew_service.request_count("kickoff") == 0
@@ -271,7 +271,7 @@ def test_a_retry_after_a_finished_try_airflow_failed_reattaches_and_a_cleared_ta
     assert retry == first and crew_service.request_count("kickoff") == 1
     cleared = _kickoff_operator(store, monkeypatch).execute({"ti": FakeTI(try_number=3, max_tries=2)})
     assert cleared != first and crew_service.request_count("kickoff") == 2
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == cleared
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == cleared
 
 
 def test_a_dag_edited_between_two_tries_still_reattaches_and_records_expire(
@@ -288,7 +288,7 @@ def test_a_dag_edited_between_two_tries_still_reattaches_and_records_expire(
     # Every record is kept for the wait's timeout plus a week, then expires.
     from datetime import timedelta
 
-    assert store.retentions[CrewKickoffOperator.RECORD_KEY] == timedelta(hours=24, days=7)
+    assert store.retentions[paid_post.KICKOFF_RECORD_KEY] == timedelta(hours=24, days=7)
 
 
 def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, crew_connection, monkeypatch):
@@ -296,7 +296,7 @@ def test_a_failed_record_is_written_again_while_the_api_recovers(crew_service, c
     op = _kickoff_operator(store, monkeypatch, wait_for_completion=False)
     kickoff_id = op.execute({"ti": FakeTI()})
     assert store.attempts == 4 and crew_service.request_count("kickoff") == 1
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
     assert list(crew_service.executions) == [kickoff_id]
 
 
@@ -305,7 +305,7 @@ def test_an_execution_that_cannot_be_recorded_fails_the_task_without_retry_namin
 ):
     store = FakeStateStore(failures=1_000, succeeding=1)
     op = _kickoff_operator(store, monkeypatch)
-    monkeypatch.setattr(operators_base.PaidPost, "patience", 2.5)
+    monkeypatch.setattr(paid_post.PaidPost, "patience", 2.5)
     with pytest.raises(CrewKickoffNotRecordedError) as caught:
         op.execute({"ti": FakeTI()})
     [kickoff_id] = crew_service.executions
@@ -313,7 +313,7 @@ def test_an_execution_that_cannot_be_recorded_fails_the_task_without_retry_namin
     assert f"Crew execution {kickoff_id} started" in str(caught.value)
     assert f"CrewStatusSensor(kickoff_id={kickoff_id!r})" in str(caught.value)
     assert store.attempts >= 3 and crew_service.request_count("kickoff") == 1
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["state"] == "claimed"  # a retry sends nothing
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["state"] == "claimed"  # a retry sends nothing
 
 
 def test_a_try_airflow_no_longer_runs_starts_nothing(crew_service, crew_connection, monkeypatch):
@@ -331,7 +331,7 @@ def test_a_retry_after_an_unrecorded_claim_starts_nothing_and_fails_without_retr
     # Try 1 was stopped during POST /kickoff: the service may have started an execution. The retry
     # cannot tell, so it starts none (nothing twice) and says what to do.
     store = FakeStateStore()
-    store.values[CrewKickoffOperator.RECORD_KEY] = {
+    store.values[paid_post.KICKOFF_RECORD_KEY] = {
         "state": "claimed",
         "try_number": 1,
         "epoch_seconds": 0,
@@ -357,7 +357,7 @@ def test_a_refused_kickoff_drops_its_claim_so_that_its_retry_sends_it(
     store = FakeStateStore()
     with pytest.raises(CrewError, match="422"):
         _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute({"ti": FakeTI()})
-    assert CrewKickoffOperator.RECORD_KEY not in store.values  # refused: nothing started
+    assert paid_post.KICKOFF_RECORD_KEY not in store.values  # refused: nothing started
     kickoff_id = _kickoff_operator(store, monkeypatch, wait_for_completion=False).execute(
         {"ti": FakeTI(try_number=2)}
     )
@@ -381,7 +381,7 @@ def test_a_try_failing_after_the_execution_succeeded_leaves_it_to_the_retry(
         _kickoff_operator(store, monkeypatch).execute({"ti": ResultPushDownTI()})
     [kickoff_id] = crew_service.executions
     assert (
-        store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+        store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
     )  # not forgotten before the end
 
     ti = FakeTI(try_number=2)
@@ -465,13 +465,13 @@ def test_a_kickoff_the_trigger_may_end_keeps_its_record_for_a_retry(
     assert (kwargs["ends_task_when_finished"], kwargs["ends_task_when_paused"]) == (True, True)
     # Kept while deferred and after the trigger ends the task: a retry reattaches to it; a cleared
     # task (its first try) drops it and starts anew.
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
     # The wait's timeout stops the execution (stop_crew), so nothing is left to reattach to.
     timeout = {"outcome": "timeout", "kickoff_id": kickoff_id, "message": "Timed out", "record": None}
     with pytest.raises(Exception, match="Timed out"):
         op.execute_complete({"ti": FakeTI()}, timeout)
     assert crew_service.stops == [kickoff_id]
-    assert CrewKickoffOperator.RECORD_KEY not in store.values
+    assert paid_post.KICKOFF_RECORD_KEY not in store.values
 
 
 # -- a resume is answered once (issue: nothing paid twice) ------------------------------------------
@@ -532,7 +532,7 @@ def test_a_retry_of_a_resume_whose_answer_went_through_follows_the_execution(
 ):
     kickoff_id, pause = paused
     kept = FakeStateStore() if store == "task state store" else None
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: kept)
     with pytest.raises(CutOff):
         _reject(kickoff_id, pause, monkeypatch, cut_off=True).execute({"ti": _resume_ti(pause)})
     assert len(crew_service.executions[kickoff_id]["feedback"]) == 1
@@ -557,7 +557,7 @@ def test_a_retry_of_a_resume_that_never_reached_the_service_sends_it(
 ):
     kickoff_id, pause = paused
     kept = FakeStateStore() if store == "task state store" else None
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: kept)
     # Try 1 failed before its POST (nothing recorded, the execution still paused on the same draft).
     ti = _resume_ti(pause, try_number=2)
     assert _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": ti}) == kickoff_id
@@ -570,7 +570,7 @@ def test_a_resume_that_never_reached_the_service_drops_its_claim_and_its_retry_s
 ):
     kickoff_id, pause = paused
     kept = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: kept)
     real_resume = CrewHook.resume
 
     def refused(self, *args, **kwargs):
@@ -600,7 +600,7 @@ def test_a_retry_that_finds_a_resume_stopped_mid_request_and_cannot_tell_sends_n
         "try_number": 1,
         "max_tries": 0,
     }
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: kept)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: kept)
     op = CrewResumeOperator(
         task_id="reject",
         kickoff_id=kickoff_id,
@@ -619,7 +619,7 @@ def test_a_try_airflow_already_failed_sends_no_feedback(crew_service, paused, mo
     # The record written before POST /resume is a fence: Airflow refuses it for a try it has failed.
     kickoff_id, pause = paused
     refusing = FakeStateStore(failures=1, failing_key=CrewResumeOperator.ANSWER_KEY)
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: refusing)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: refusing)
     with pytest.raises(CrewError, match=r"POST /resume to crew execution .* was not sent.*API_SERVER_ERROR"):
         _reject(kickoff_id, pause, monkeypatch, cut_off=False).execute({"ti": _resume_ti(pause)})
     assert crew_service.request_count("resume") == 0

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_crew.exceptions import CrewExecutionTimeoutError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import paid_post as operators_base
+from airflow_provider_crew.operators import paid_post
 from airflow_provider_crew.operators import wait_stop as task_stop
 from airflow_provider_crew.operators.crew import CrewKickoffOperator
 from airflow_provider_crew.sensors.crew import CrewStatusSensor
@@ -43,7 +43,7 @@ def test_the_waits_timeout_stops_the_execution_and_drops_its_record(
     crew_service, crew_connection, monkeypatch, caplog
 ):
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     ti = FakeTI()
     with caplog.at_level("INFO", logger="tests.stop"), pytest.raises(CrewExecutionTimeoutError):
         kickoff(timeout=1).execute({"ti": ti})
@@ -52,7 +52,7 @@ def test_the_waits_timeout_stops_the_execution_and_drops_its_record(
     assert crew_service.executions[kickoff_id]["state"] == "REVOKED"
     assert f"Stopping crew execution {kickoff_id} (the wait's timeout passed): stopped." in caplog.text
     assert ti.xcom["status"]["stopped"] == {"reason": stopping.WAIT_TIMEOUT, "answer": "stopped"}
-    assert CrewKickoffOperator.RECORD_KEY not in store.values  # a retry starts anew
+    assert paid_post.KICKOFF_RECORD_KEY not in store.values  # a retry starts anew
 
 
 def test_stop_crew_false_leaves_it_running(crew_service, crew_connection):
@@ -152,12 +152,12 @@ def test_a_stop_the_service_did_not_confirm_keeps_the_record_so_a_retry_reattach
     crew_service, crew_connection, monkeypatch
 ):
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     with pytest.raises(CrewExecutionTimeoutError):
         kickoff(timeout=1).execute({"ti": FakeTI()})
     [kickoff_id] = crew_service.executions
     assert crew_service.executions[kickoff_id]["state"] in ("PENDING", "RUNNING")  # it runs on
-    assert store.values[CrewKickoffOperator.RECORD_KEY]["kickoff_id"] == kickoff_id
+    assert store.values[paid_post.KICKOFF_RECORD_KEY]["kickoff_id"] == kickoff_id
 
     retry = kickoff(timeout=1, wait_for_completion=False).execute({"ti": FakeTI(try_number=2)})
     assert retry == kickoff_id and crew_service.request_count("kickoff") == 1  # not a second execution

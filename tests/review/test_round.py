@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.crew import CrewHook
-from airflow_provider_crew.operators import paid_post as operators_base
+from airflow_provider_crew.operators import paid_post
 from airflow_provider_crew.review import record as review_record
 from airflow_provider_crew.status import CrewStatus
 
@@ -600,7 +600,7 @@ def test_a_retry_of_a_round_whose_answer_was_applied_keeps_its_record(
 ):
 
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     asked = ti_asked(kickoff_id, status)
@@ -635,7 +635,7 @@ def test_a_kept_record_of_another_execution_is_ignored(monkeypatch):
     store.set(
         review_record.APPLIED_RECORD_KEY, {"kickoff_id": "an-earlier-execution", "record": {"round": 1}}
     )
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     op = round_operator()
     monkeypatch.setattr(op, "_follow_execution", lambda *args: None)
 
@@ -659,7 +659,7 @@ def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
     from airflow_provider_crew.review import round as review_round
 
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     built: list[object] = []
     monkeypatch.setattr(
         review_round, "RoundRetry", lambda *args: built.append(args) or review_record.RoundRetry(*args)
@@ -679,7 +679,7 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):  # try 1 asks; Airflow fails it as the answer lands
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
@@ -706,7 +706,7 @@ def test_a_retry_collects_the_answer_to_the_earlier_request_instead_of_asking_ag
 def test_a_retry_asks_anew_when_the_earlier_try_asked_about_another_output(parked, monkeypatch):
 
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record(output="first draft")))
 
@@ -726,7 +726,7 @@ class RefusingStateStore(FakeStateStore):
 @pytest.mark.crew_service("review")
 def test_a_try_airflow_already_failed_does_not_send_the_answer(crew_service, paused_execution, monkeypatch):
 
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: RefusingStateStore())
     kickoff_id, status = paused_execution
     op = round_operator(kickoff_id=kickoff_id, carry_over_webhooks=False)
     with pytest.raises(
@@ -745,7 +745,7 @@ def test_an_answer_that_never_reached_the_crew_drops_its_claim_and_the_retry_sen
     crew_service, paused_execution, monkeypatch
 ):
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     kickoff_id, status = paused_execution
     real_resume = CrewHook.resume
 
@@ -774,7 +774,7 @@ def test_a_try_stopped_while_sending_is_not_sent_again_by_the_retry(monkeypatch)
     store.set(
         review_record.APPLIED_RECORD_KEY, {"kickoff_id": KICKOFF_ID, "record": sending, "state": "sending"}
     )
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     retry = round_operator()
     monkeypatch.setattr(retry, "_follow_execution", lambda *args: None)
     monkeypatch.setattr(retry, "_wait", lambda *args, **kwargs: pytest.fail("the retry waited again"))
@@ -788,7 +788,7 @@ def test_an_answer_is_counted_once_in_the_metrics_also_when_a_retry_collects_it(
     """A retry that collects the answer an earlier try took (apache/airflow#72716's race) does not count
     the round again in ``crew.review.round``; a new answer, or one without a store (before 3.3), is counted."""
     store = FakeStateStore()
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: store)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: store)
     counted: list[object] = []
     monkeypatch.setattr(review_record.metrics, "review_round", lambda *args: counted.append(args))
 
@@ -808,11 +808,11 @@ def test_an_answer_is_counted_once_in_the_metrics_also_when_a_retry_collects_it(
     assert counts(retry, {**given, "responded_at": "2026-01-01T00:02:00+00:00"})
     assert counts(first, None) and not counts(retry, None)
 
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: None)
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: None)
     no_store = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
     assert counts(no_store, given) and counts(no_store, given)
 
     # A try Airflow already ended (the answer landed before the parking was handled): its retry counts.
-    monkeypatch.setattr(operators_base, "task_state_store", lambda context: RefusingStateStore())
+    monkeypatch.setattr(paid_post, "task_state_store", lambda context: RefusingStateStore())
     ended = review_record.RoundRetry(context(FakeTI("round_1")), "k-1", op)
     assert not counts(ended, given)
