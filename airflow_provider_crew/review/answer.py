@@ -1,8 +1,9 @@
-"""The reviewer's answer: how a round waits for it (:func:`ask`: parked on Airflow 3.3+, else
-:class:`CrewReviewAnswerTrigger`) and reads it (:func:`answer_from_event`)."""
+"""The reviewer's answer: how a round asks for it, once per pause (:func:`ask`), waits for it (parked on
+Airflow 3.3+, else :class:`CrewReviewAnswerTrigger`) and reads it (:func:`answer_from_event`)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
@@ -13,10 +14,15 @@ from airflow_provider_crew.exceptions import CrewError
 from airflow_provider_crew.review.record import ReviewAnswer, ReviewRequest
 from airflow_provider_crew.review.request import APPROVE, FEEDBACK_PARAM, OPTIONS
 from airflow_provider_crew.waiting.race import deferral_settle_seconds, hold_until
+from airflow_provider_crew.waiting.xcom import shorten
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import TriggerEvent
+
+    from airflow_provider_crew.operators.paid_post import RetryRecords
+
+ASKED_RECORD_KEY = "crew_review_asked"
 
 
 def answer_form(task: Any) -> dict[str, Any]:
@@ -40,24 +46,75 @@ def answer_form(task: Any) -> dict[str, Any]:
     }
 
 
-def ask(task: Any, context: Context, request: ReviewRequest, kwargs: dict[str, Any]) -> NoReturn:
-    """Write ``request`` as this task instance's human-in-the-loop request; wait for the answer, slot-free:
-    parked on 3.3+ (the answer resumes ``execute_review`` directly), else :func:`collect`.
+def asked_about(request: ReviewRequest) -> dict[str, str]:
+    """What identifies the pause ``request`` asks about (the output as a digest: it may be long)."""
+    output = request["output"] or ""
+    return {
+        "kickoff_id": request["kickoff_id"],
+        "crew_task_id": request["crew_task_id"] or "",
+        "output_sha256": hashlib.sha256(output.encode()).hexdigest(),
+    }
 
-    :param task: The round (its ``assigned_users``, ``approve_on_timeout``, ``response_timeout``).
+
+def ask(
+    task: Any, context: Context, request: ReviewRequest, kwargs: dict[str, Any], records: RetryRecords
+) -> NoReturn:
+    """Ask the reviewer about ``request``: notify, write it as this task instance's human-in-the-loop
+    request and wait for the answer slot-free: parked on 3.3+ (the answer resumes ``execute_review``),
+    else :func:`collect`. A retry whose earlier try asked about this very pause collects instead.
+
+    :param task: The round (its ``round_number``, ``notifiers``, ``assigned_users``, ``response_timeout``...).
     :param kwargs: What ``execute_review`` is called with besides the answer.
+    :param records: Where the round keeps what it asked about for a retry (:class:`~.record.RoundRetry`).
     """
-    upsert_hitl_detail(
-        ti_id=context["task_instance"].id,
-        subject=request["subject"],
-        body=request["body"],
-        assigned_users=[dict(user) for user in task.assigned_users],  # type: ignore[misc]
-        **answer_form(task),
-    )
-    parked = task_awaiting_input(method_name="execute_review", kwargs=kwargs, timeout=task.response_timeout)
-    if parked is not None:
-        raise parked
+    asked = asked_about(request)
+    if _asked_before(task, records, asked):
+        task.log.warning(
+            "Round %d asked about this pause in an earlier try, which Airflow ended before an "
+            "answer was applied (an answer that lands before the scheduler has handled the "
+            "parking, apache/airflow#72716). Collecting the answer given to that request, if any, "
+            "instead of asking again.",
+            task.round_number,
+        )
+    else:
+        for notifier in task.notifiers:
+            notifier(context)
+        # Kept after the notifiers, right before the request is written: a try that Airflow ends as the
+        # answer lands has kept it, and one that fails before (a notifier) leaves its retry to ask anew.
+        try:
+            records.set(ASKED_RECORD_KEY, asked)
+        except Exception as error:  # then a retry asks again
+            task.log.warning("Could not keep what round %d asked about: %s", task.round_number, error)
+        upsert_hitl_detail(
+            ti_id=context["task_instance"].id,
+            subject=request["subject"],
+            body=request["body"],
+            assigned_users=[dict(user) for user in task.assigned_users],  # type: ignore[misc]
+            **answer_form(task),
+        )
+        task.log.info(
+            "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
+            task.round_number,
+            request["kickoff_id"],
+            request["crew_task"],
+            shorten(request["output"]),
+        )
+        parked = task_awaiting_input(
+            method_name="execute_review", kwargs=kwargs, timeout=task.response_timeout
+        )
+        if parked is not None:
+            raise parked
     collect(task, context, kwargs)
+
+
+def _asked_before(task: Any, records: RetryRecords, asked: dict[str, str]) -> bool:
+    """Whether an earlier try of this run of the round asked about this very pause."""
+    try:
+        kept = records.get(ASKED_RECORD_KEY)
+    except Exception as error:  # then ask again: nothing is lost
+        task.log.warning("Could not read what round %d asked about: %s", task.round_number, error)
+        return False
+    return kept is not None and asked.items() <= kept.items()
 
 
 def collect(task: Any, context: Context, kwargs: dict[str, Any]) -> NoReturn:

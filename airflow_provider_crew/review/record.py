@@ -6,14 +6,12 @@ docs/human-review.md documents.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from airflow_provider_crew import metrics
 from airflow_provider_crew.operators.paid_post import PaidPost
-from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST
 
 if TYPE_CHECKING:
@@ -100,26 +98,15 @@ def is_round_record(value: Any) -> TypeGuard[RoundRecord]:
 
 
 APPLIED_RECORD_KEY = "crew_review_applied"
-ASKED_RECORD_KEY = "crew_review_asked"
 COUNTED_RECORD_KEY = "crew_review_counted"
-
-
-def asked_about(kickoff_id: str, status: CrewStatus) -> dict[str, str]:
-    """What identifies a pause a round asked about (the output as a digest: it may be long)."""
-    output = status.paused_task_output or ""
-    return {
-        "kickoff_id": kickoff_id,
-        "crew_task_id": status.paused_task_id or "",
-        "output_sha256": hashlib.sha256(output.encode()).hexdigest(),
-    }
 
 
 class RoundRetry:
     """What a round keeps for its retry, about one execution, in the task state store (3.3+; before, it
     does nothing). Airflow can fail a round around its answer (waiting/race.py), and the store outlives a
-    try: a round keeps there what it asked about, so that a retry collects the answer given to that
-    request instead of asking again, and the answer it sends (operators.paid_post), so that a retry
-    returns its record. Built once per run of the round (``task``: its number, logger and ``timeout``)."""
+    try: a round keeps there the answer it sends (operators.paid_post), so that a retry returns its
+    record, and in the same records (``resume.records``) what it asked about, which the asking keeps and
+    reads (:func:`.answer.ask`). Built once per run of the round (``task``: its number, log, ``timeout``)."""
 
     def __init__(self, context: Context, kickoff_id: str, task: Any) -> None:
         self.kickoff_id = kickoff_id
@@ -128,22 +115,6 @@ class RoundRetry:
         self.log = task.log
         #: The record of this round's ``POST /resume`` to the execution (kept ``timeout`` and a week).
         self.resume = PaidPost(context, task, key=APPLIED_RECORD_KEY, kind="review", execution_id=kickoff_id)
-
-    def keep_asked(self, status: CrewStatus) -> None:
-        """Keep what this try asks about; a failed write only means a retry asks again."""
-        try:
-            self.resume.records.set(ASKED_RECORD_KEY, asked_about(self.kickoff_id, status))
-        except Exception as error:
-            self.log.warning("Could not keep what round %d asked about: %s", self.round_number, error)
-
-    def asked_before(self, status: CrewStatus) -> bool:
-        """Whether an earlier try of this run of the round asked about this very pause."""
-        try:
-            kept = self.resume.records.get(ASKED_RECORD_KEY)
-        except Exception as error:  # then ask again: nothing is lost
-            self.log.warning("Could not read what round %d asked about: %s", self.round_number, error)
-            return False
-        return kept is not None and asked_about(self.kickoff_id, status).items() <= kept.items()
 
     def count(self, given: ReviewAnswer | None, asked_at: float | None) -> None:
         """Count this answer (``None``: nobody answered) in the metrics, asked at ``asked_at``, unless an

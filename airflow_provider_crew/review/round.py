@@ -33,12 +33,7 @@ from airflow_provider_crew.review.record import Answered, ReviewRequest, RoundRe
 from airflow_provider_crew.status import CrewStatus
 from airflow_provider_crew.waiting import stopping
 from airflow_provider_crew.waiting.rules import Outcome, WaitFor, WaitResult
-from airflow_provider_crew.waiting.xcom import (
-    XCOM_REVIEW_REQUEST,
-    XCOM_STATUS,
-    record_without_output,
-    shorten,
-)
+from airflow_provider_crew.waiting.xcom import XCOM_REVIEW_REQUEST, XCOM_STATUS, record_without_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -149,7 +144,12 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         self._end_wait(kickoff_id, result, context)
         status = result.last_status
         if result.outcome is Outcome.PAUSED and status is not None:
-            self._ask(context, kept, status)  # parks or defers: returns only through execute_review
+            written = self._write_request(context, kickoff_id, status)
+            resume_with = self._resume_kwargs(
+                {"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id}
+            )
+            # Parks or defers (or collects what an earlier try asked): returns only through execute_review.
+            answer.ask(self, context, written, resume_with, kept.resume.records)
         ti = context["ti"]
         if status is not None:
             ti.xcom_push(key=XCOM_STATUS, value=record_without_output(status))
@@ -165,34 +165,6 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         raise AirflowSkipException(
             f"Crew execution {kickoff_id} finished: no review round {self.round_number}."
         )
-
-    def _ask(self, context: Context, kept: RoundRetry, status: CrewStatus) -> NoReturn:
-        """Write this round's request and wait for the answer without a worker slot; when an earlier
-        try asked about this very pause, collect the answer to the request it wrote (:func:`.answer.collect`).
-        """
-        kickoff_id = kept.kickoff_id
-        written = self._write_request(context, kickoff_id, status)
-        resume_with = self._resume_kwargs({"kickoff_id": kickoff_id, "crew_task_id": status.paused_task_id})
-        if kept.asked_before(status):
-            self.log.warning(
-                "Round %d asked about this pause in an earlier try, which Airflow ended before an "
-                "answer was applied (an answer that lands before the scheduler has handled the "
-                "parking, apache/airflow#72716). Collecting the answer given to that request, if any, "
-                "instead of asking again.",
-                self.round_number,
-            )
-            answer.collect(self, context, resume_with)
-        self.log.info(
-            "Review round %d: crew execution %s waits for human input on task %r. Output under review:\n%s",
-            self.round_number,
-            kickoff_id,
-            written["crew_task"],
-            shorten(status.paused_task_output),
-        )
-        for notifier in self.notifiers:
-            notifier(context)
-        kept.keep_asked(status)
-        answer.ask(self, context, written, resume_with)
 
     def _write_request(self, context: Context, kickoff_id: str, status: CrewStatus) -> ReviewRequest:
         """This round's request (pushed to XCom ``review_request``): what the reviewer reads."""

@@ -19,6 +19,7 @@ from airflow_provider_crew._compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow_provider_crew.exceptions import CrewConfigurationError, CrewError, CrewTransportError
 from airflow_provider_crew.hooks.crew import CrewHook
 from airflow_provider_crew.operators import paid_post
+from airflow_provider_crew.review import answer as review_answer
 from airflow_provider_crew.review import record as review_record
 from airflow_provider_crew.status import CrewStatus
 
@@ -667,7 +668,7 @@ def test_a_round_that_parks_keeps_what_it_asked_about(parked, monkeypatch):
     with pytest.raises(park_exception()):
         round_operator().execute_complete(context(FakeTI()), crew_event(paused_record()))
 
-    asked = store.values[review_record.ASKED_RECORD_KEY]
+    asked = store.values[review_answer.ASKED_RECORD_KEY]
     assert asked["kickoff_id"] == KICKOFF_ID and asked["crew_task_id"] == TASK_ID
     assert OUTPUT not in json.dumps(asked)  # a digest of the output, not the output
     assert len(parked) == 1
