@@ -16,7 +16,9 @@ pytestmark = pytest.mark.integration
 DAGS = Path(__file__).parent / "dags"
 CAP = 3000
 RATE = 2000
-# 2,000 tokens a second while it runs: 6,000 by the pause after its first task (3 s), then 8,000 more.
+# 2,000 tokens a second while it runs: 12,000 by the pause after its first task (6 s), then 8,000 more.
+# The cap is reached at 1.5 s; the pause comes late enough that a wait started by a second task (the
+# sensor's, its process started under a loaded CI) still reads the execution short of it.
 SPENDER = {
     "name": "spender",
     "inputs": ["topic"],
@@ -25,7 +27,7 @@ SPENDER = {
     "tokens_per_second": RATE,
     "pause_without_webhook": True,
     "tasks": [
-        {"name": "draft", "agent": "Writer", "steps": 3, "human_input": True},
+        {"name": "draft", "agent": "Writer", "steps": 6, "human_input": True},
         {"name": "polish", "agent": "Writer", "steps": 4},
     ],
 }
