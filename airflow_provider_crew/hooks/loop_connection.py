@@ -117,37 +117,29 @@ async def aread_status(
     of its retry policy). A token rotated within :data:`CONNECTION_TTL_SECONDS` is refused: the
     connection is looked up again at once, and the status read once more unless the token is the same.
     """
-    shared = await shared_connection(conn_id)
-    try:
-        return await _read_status(shared, kickoff_id, deadline, overrides, named_conn_id, clock)
-    except CrewAuthenticationError:  # a token rotated within the loop's TTL: look it up again, once
-        fresh = await shared_connection(conn_id, stale=shared)
-        if fresh.config.token == shared.config.token:
-            raise
-        return await _read_status(fresh, kickoff_id, deadline, overrides, named_conn_id, clock)
-
-
-async def _read_status(
-    shared: SharedConnection,
-    kickoff_id: str,
-    deadline: float | None,
-    overrides: Mapping[str, Any],
-    named_conn_id: str | None,
-    clock: Callable[[], float],
-) -> CrewStatus:
-    """One read with ``shared``: each request of :func:`.client.request.read_status` sent under the retry
-    policy through the loop's session."""
     from airflow_provider_crew.hooks.client.request import Call, read_status
     from airflow_provider_crew.hooks.client.retry import RetryPolicy, asend_with_retries
     from airflow_provider_crew.hooks.client.transport import AsyncTransport
 
-    config = with_overrides(shared.config, overrides)
-    read = read_status(config, kickoff_id, headers=shared.headers, conn_id=named_conn_id)
-    step = next(read)
-    while isinstance(step, Call):
-        policy = RetryPolicy(step, config, deadline=deadline, clock=clock)
-        step = read.send(await asend_with_retries(AsyncTransport(shared_session()).send, policy))
-    return step
+    async def read_with(shared: SharedConnection) -> CrewStatus:
+        """One read with ``shared``: each request of :func:`.client.request.read_status` sent under the
+        retry policy through the loop's session."""
+        config = with_overrides(shared.config, overrides)
+        read = read_status(config, kickoff_id, headers=shared.headers, conn_id=named_conn_id)
+        step = next(read)
+        while isinstance(step, Call):
+            policy = RetryPolicy(step, config, deadline=deadline, clock=clock)
+            step = read.send(await asend_with_retries(AsyncTransport(shared_session()).send, policy))
+        return step
+
+    shared = await shared_connection(conn_id)
+    try:
+        return await read_with(shared)
+    except CrewAuthenticationError:  # a token rotated within the loop's TTL: look it up again, once
+        fresh = await shared_connection(conn_id, stale=shared)
+        if fresh.config.token == shared.config.token:
+            raise
+        return await read_with(fresh)
 
 
 # -- the session ----------------------------------------------------------------------------------------
