@@ -13,7 +13,7 @@ from airflow_provider_crew.sensors.crew import CrewStatusSensor
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 INPUTS = {"topic": "budgets"}
-CAP = 3000  # tokens: the test's crew spends 2,000 a second, 12,000 before its pause
+CAP = 3000  # tokens: the test's crew spends 2,000 a second, 6,000 before its pause
 
 
 def with_retries(dag_id: str) -> DAG:
