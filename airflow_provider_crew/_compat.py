@@ -237,10 +237,10 @@ def is_task_timeout(error: BaseException | None) -> bool:
 
 
 def xcom_not_found() -> type[Exception]:
-    """Airflow's ``XComNotFound`` (``airflow.sdk.exceptions`` from 3.1, ``airflow.exceptions`` in 3.0)."""
+    """Airflow's ``XComNotFound`` (``airflow.sdk.exceptions`` from 3.2, ``airflow.exceptions`` in 3.0-3.1)."""
     try:
         from airflow.sdk.exceptions import XComNotFound
-    except ImportError:  # Airflow 3.0
+    except ImportError:  # Airflow 3.0-3.1
         from airflow.exceptions import XComNotFound  # type: ignore[no-redef,attr-defined]
     return XComNotFound  # type: ignore[no-any-return]
 
