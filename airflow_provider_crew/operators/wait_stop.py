@@ -145,13 +145,16 @@ class CrewStopMixin:
             f"retry starts paying again. {self._how_to_raise(budget, status)}"
         )
 
-    def _refuse_over_budget(self, hook: CrewHook, execution_id: str) -> None:
+    def _refuse_over_budget(
+        self, hook: CrewHook, execution_id: str, status: CrewStatus | None = None
+    ) -> None:
         """Before a ``POST /resume``: a resume continues from what the execution already spent, so one at
-        its cap is not resumed (the resume operator and a review round call this)."""
+        its cap is not resumed (the resume operator and a review round call this). ``status``: one the
+        caller read right before, else it is read here."""
         budget = self._task_budget(hook.config)
         if budget is None or not budget.capped:
             return
-        status = hook.get_status(execution_id)
+        status = hook.get_status(execution_id) if status is None else status
         if budget.over(status.usage):
             state = status.raw_state or status.state.value
             raise CrewBudgetExceededError(

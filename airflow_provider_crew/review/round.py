@@ -248,15 +248,16 @@ class CrewReviewRoundOperator(ReviewTaskBase):
         def outdated() -> str | None:  # why the answer no longer applies; a CrewError when unread
             return why_answer_is_outdated(hook.get_status(kickoff_id), crew_task_id, output)
 
+        status = None  # read once before the POST: the moved-on check and the budget's
         try:
-            moved_on = outdated()
+            status = hook.get_status(kickoff_id)
         except CrewError as error:
             self.log.warning("Could not read the status before resuming (%s); sending the answer.", error)
-            moved_on = None
+        moved_on = None if status is None else why_answer_is_outdated(status, crew_task_id, output)
         if moved_on:
             return self._not_sent(about, moved_on)
         refuse_own_crew_webhook(self, hook.config)
-        self._refuse_over_budget(hook, kickoff_id)
+        self._refuse_over_budget(hook, kickoff_id, status)
         webhooks = resume_webhook_addresses(context, kickoff_id, self, self._webhook_wake(context, hook))
         request = about.asked or None
         try:

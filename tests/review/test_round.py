@@ -439,6 +439,29 @@ def test_approve_without_text_sends_a_plain_approval(crew_service, paused_execut
 
 @needs_3_1
 @pytest.mark.crew_service("review")
+def test_a_round_over_its_cap_sends_nothing_and_reads_the_status_once(crew_service, paused_execution):
+    from airflow_provider_crew.exceptions import CrewBudgetExceededError
+
+    kickoff_id, status = paused_execution
+    assert (status.usage or {}).get("total_tokens", 0) > 1
+    reads = crew_service.request_count("status")
+    with pytest.raises(CrewBudgetExceededError, match="it is not resumed, and nothing was sent"):
+        review(
+            round_operator(kickoff_id=kickoff_id, max_tokens=1),
+            ti_asked(kickoff_id, status),
+            answer("Approve"),
+            kickoff_id,
+            status,
+        )
+    # One read before the POST serves both checks: the answer still applies, and the budget.
+    assert crew_service.request_count("status") == reads + 1
+    assert crew_service.executions[kickoff_id]["feedback"] == []
+    assert crew_service.executions[kickoff_id]["state"] == "PAUSED"
+    assert crew_service.request_count("resume") == 0
+
+
+@needs_3_1
+@pytest.mark.crew_service("review")
 def test_request_changes_without_feedback_is_not_sent(crew_service, paused_execution):
     kickoff_id, status = paused_execution
     record = review(
