@@ -18,23 +18,6 @@ TOKEN = "test-token-s3cr3t-value"
 BASE_URL = "https://crew.example.test"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Airflow 3.2's ``airflow dags test`` fails every DAG's first task at its start, a plain ``@task``
-    too: the in-process execution API answers before its start-up has set it up ("'State' object has no
-    attribute 'svcs_registry'"; apache/airflow#65945, 3.3 waits for the start-up). The real DAG runs
-    (a module that runs ``dags_test``, or the ``run_dag`` fixture) skip on 3.2; 3.2's real stacks (the
-    e2e, browser and wake tests) still run there. Delete when 3.2 is no longer a target."""
-    from airflow_provider_crew._compat import AIRFLOW_VERSION
-
-    if (AIRFLOW_VERSION.major, AIRFLOW_VERSION.minor) != (3, 2):
-        return
-    skip = pytest.mark.skip(reason="airflow dags test fails on Airflow 3.2 (apache/airflow#65945)")
-    for item in items:
-        module = getattr(item, "module", None)
-        if getattr(module, "dags_test", None) is not None or "run_dag" in getattr(item, "fixturenames", ()):
-            item.add_marker(skip)
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Selected browser tests (marker ``browser``) and no Chromium: run scripts/browser-setup.sh, which
     installs Debian's ``chromium`` as root (and says why it cannot otherwise). A run without them, such
