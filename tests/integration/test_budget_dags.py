@@ -29,9 +29,9 @@ SPENDER = {
         {"name": "polish", "agent": "Writer", "steps": 4},
     ],
 }
-# The sensor's crew runs a minute without a pause: its wait starts in a second task, whose process a
-# loaded CI started more than 6 s after the kickoff (twice on 3.0.6), and must still read the execution
-# short of its end to stop it. Stopped, it runs no longer than the other cases' crews.
+# The sensor's crew runs a minute without a pause: its wait starts in a second task, and must read the
+# execution short of its end to stop it. Under a loaded CI on 3.0.6 (twice locally, once in CI) that
+# task's first read came after a 6 s pause. Stopped, it runs no longer than the other cases' crews.
 LONG_SPENDER = {**SPENDER, "tasks": [{"name": "draft", "agent": "Writer", "steps": 60}]}
 # Prices per million tokens: the usage XCom's cost.
 PRICES = {"input_price": 3.0, "output_price": 15.0}
